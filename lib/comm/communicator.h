@@ -1,0 +1,79 @@
+// Communicator: the ranks of one job (or of a split), their transport, and the progress engine
+// that runs their streams. Built from a Bootstrap; everything it owns is released by destroy().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lib/bootstrap/bootstrap.h"
+#include "lib/core/status.h"
+#include "lib/engine/engine.h"
+#include "transports/transport.h"
+
+namespace zrt {
+
+struct CommOptions {
+  int64_t timeout_ms = 60000;
+  std::string name = "zrt";
+};
+
+// Resolves a caller's config (may be null) and the environment (ZRT_TIMEOUT, seconds) into
+// options. Errors name the bad field.
+Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* options);
+
+class Communicator {
+ public:
+  // Wires a transport through `bootstrap` and starts the progress engine. Collective.
+  static Status create(Bootstrap& bootstrap, const CommOptions& options,
+                       std::unique_ptr<Communicator>* communicator);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const CommOptions& options() const { return options_; }
+
+  ProgressEngine& engine() { return *engine_; }
+  Transport& transport() { return *transport_; }
+  Stream& default_stream() { return *default_stream_; }
+
+  // Ranks with equal color form a new communicator ordered by (key, old rank). Collective.
+  // color == ZRT_SPLIT_NOCOLOR yields a null *communicator.
+  Status split(int color, int key, const CommOptions& options,
+               std::unique_ptr<Communicator>* communicator);
+
+  // Drains the streams, then closes connections in step with the peers (a barrier) when
+  // healthy. Returns the first error met; always leaves the object safe to delete.
+  Status destroy();
+
+  void abort(const Status& reason) { engine_->abort(reason); }
+  Status error() const { return engine_->error(); }
+
+  // Communicator-scoped reductions (zrt_op_create_premul_sum). Thread-safe.
+  Status create_premul_op(double scalar, zrt_op_t* op);
+  Status destroy_op(zrt_op_t op);
+  // True and the scalar when `op` is a live premul op of this communicator.
+  bool lookup_premul_op(zrt_op_t op, double* scalar) const;
+
+ private:
+  Communicator() = default;
+
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  CommOptions options_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ProgressEngine> engine_;
+  Stream* default_stream_ = nullptr;
+
+  mutable std::mutex ops_mutex_;
+  std::vector<double> premul_scalars_;  // index = op - ZRT_OP_COUNT
+  std::vector<bool> premul_live_;
+};
+
+}  // namespace zrt

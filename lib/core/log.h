@@ -1,0 +1,34 @@
+// Logging: ZRT_LOG=error|warn|info|debug|trace, to stderr, each line prefixed with host, pid and
+// rank (NCCL_DEBUG's shape). The logger is the only process-wide mutable state in zrt.
+#pragma once
+
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace zrt {
+
+enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
+
+// The level read from ZRT_LOG at first use (default kWarn).
+LogLevel log_level();
+bool log_enabled(LogLevel level);
+
+// The rank shown in this thread's log lines (-1 = unknown). Threads a communicator owns set it.
+void log_set_thread_rank(int rank);
+
+void log_write(LogLevel level, std::string_view message);
+
+template <typename... Args>
+void log(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
+  if (!log_enabled(level)) return;
+  log_write(level, fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace zrt
+
+#define ZRT_LOG_ERROR(...) ::zrt::log(::zrt::LogLevel::kError, __VA_ARGS__)
+#define ZRT_LOG_WARN(...) ::zrt::log(::zrt::LogLevel::kWarn, __VA_ARGS__)
+#define ZRT_LOG_INFO(...) ::zrt::log(::zrt::LogLevel::kInfo, __VA_ARGS__)
+#define ZRT_LOG_DEBUG(...) ::zrt::log(::zrt::LogLevel::kDebug, __VA_ARGS__)
+#define ZRT_LOG_TRACE(...) ::zrt::log(::zrt::LogLevel::kTrace, __VA_ARGS__)

@@ -1,0 +1,58 @@
+// CommCounters: calls, bytes and busy time per collective kind, for zrt_comm_stats. Written by
+// the progress thread when an operation completes, read by any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class CommCounters {
+ public:
+  void add(zrt_coll_kind_t kind, uint64_t bytes_sent, uint64_t bytes_received, uint64_t busy_ns) {
+    Entry& entry = entries_[kind];
+    entry.calls.fetch_add(1, std::memory_order_relaxed);
+    entry.bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
+    entry.bytes_received.fetch_add(bytes_received, std::memory_order_relaxed);
+    entry.busy_ns.fetch_add(busy_ns, std::memory_order_relaxed);
+  }
+
+  // Fills per_kind and total of `stats` (its size field is left alone).
+  void snapshot(zrt_comm_stats_t* stats) const {
+    stats->total = zrt_coll_counters_t{};
+    for (int kind = 0; kind < ZRT_COLL_KIND_COUNT; ++kind) {
+      const Entry& entry = entries_[kind];
+      zrt_coll_counters_t& out = stats->per_kind[kind];
+      out.calls = entry.calls.load(std::memory_order_relaxed);
+      out.bytes_sent = entry.bytes_sent.load(std::memory_order_relaxed);
+      out.bytes_received = entry.bytes_received.load(std::memory_order_relaxed);
+      out.busy_ns = entry.busy_ns.load(std::memory_order_relaxed);
+      stats->total.calls += out.calls;
+      stats->total.bytes_sent += out.bytes_sent;
+      stats->total.bytes_received += out.bytes_received;
+      stats->total.busy_ns += out.busy_ns;
+    }
+  }
+
+  void reset() {
+    for (Entry& entry : entries_) {
+      entry.calls = 0;
+      entry.bytes_sent = 0;
+      entry.bytes_received = 0;
+      entry.busy_ns = 0;
+    }
+  }
+
+ private:
+  struct Entry {
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> bytes_sent{0};
+    std::atomic<uint64_t> bytes_received{0};
+    std::atomic<uint64_t> busy_ns{0};
+  };
+  Entry entries_[ZRT_COLL_KIND_COUNT];
+};
+
+}  // namespace zrt

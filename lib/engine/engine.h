@@ -1,0 +1,89 @@
+// The progress engine of one communicator: one thread that owns the transport, runs the head
+// task of every stream, and sleeps on the transport's event fd (plus an eventfd for new work)
+// when nothing can advance. Streams order work; events connect streams and host threads.
+//
+// Threading: Stream/Event methods may be called from any thread. Tasks and the transport are
+// touched only by the progress thread once start() has returned.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "lib/core/status.h"
+#include "lib/engine/counters.h"
+#include "lib/engine/task.h"
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class Transport;
+class ProgressEngine;
+class Event;
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+
+  // Appends a task. Returns the stream's error if it has already failed (the task is dropped).
+  virtual Status enqueue(std::unique_ptr<Task> task) = 0;
+  // Appends a local function run on the progress thread in stream order (for work that must
+  // follow a collective, e.g. converting a gathered bucket). It must not block.
+  virtual Status enqueue_host_function(std::function<Status()> function, const char* name) = 0;
+
+  // Blocks (without spinning) until everything enqueued so far completed; returns the error.
+  virtual Status synchronize() = 0;
+  // ok, ZRT_IN_PROGRESS, or the stream's error.
+  virtual Status query() = 0;
+  // Work enqueued after this call waits for `event`.
+  virtual Status wait_event(Event& event) = 0;
+
+  virtual int index() const = 0;  // creation order within the communicator
+  virtual zrt_mem_kind_t mem_kind() const = 0;
+  virtual ProgressEngine& engine() = 0;
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual Status record(Stream& stream) = 0;
+  virtual Status query() = 0;        // ok, ZRT_IN_PROGRESS, or the error of the work it follows
+  virtual Status synchronize() = 0;  // blocks without spinning
+  virtual ProgressEngine& engine() = 0;
+};
+
+struct EngineOptions {
+  int rank = 0;
+  int size = 1;
+  int64_t timeout_ms = 60000;  // a task that makes no progress this long fails with ZRT_TIMEOUT
+};
+
+class ProgressEngine {
+ public:
+  virtual ~ProgressEngine() = default;
+
+  // Streams and events live until destroy_* or the engine's destruction.
+  virtual Status create_stream(zrt_mem_kind_t kind, Stream** stream) = 0;
+  virtual Status destroy_stream(Stream* stream) = 0;  // waits for its work first
+  virtual Status create_event(Event** event) = 0;
+  virtual Status destroy_event(Event* event) = 0;
+
+  // Fails all pending and future work with `reason` and wakes every waiter. Any thread.
+  virtual void abort(const Status& reason) = 0;
+  // ok while healthy; else the first failure that broke the communicator (abort, dead peer,
+  // timeout of a communicating task).
+  virtual Status error() const = 0;
+
+  virtual CommCounters& counters() = 0;
+  virtual Transport& transport() = 0;
+  virtual const EngineOptions& options() const = 0;
+
+  // Stops the progress thread after all streams drained (or the engine failed). Idempotent.
+  virtual Status shutdown() = 0;
+};
+
+// Starts the progress thread over `transport`, which must outlive the engine.
+Status create_progress_engine(Transport& transport, const EngineOptions& options,
+                              std::unique_ptr<ProgressEngine>* engine);
+
+}  // namespace zrt

@@ -1,0 +1,53 @@
+// Task: one unit of asynchronous work on a stream, as a non-blocking state machine (post /
+// progress / test, the shape of UCC's tasks and NCCL's proxy). The progress engine calls start()
+// once when the task reaches the head of its stream, then progress() until it reports done.
+// Both run on the communicator's progress thread and must never block.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/core/status.h"
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class Transport;
+class CommCounters;
+
+// What a running task sees of its communicator.
+struct TaskContext {
+  Transport& transport;
+  int rank;
+  int size;
+  // Distinct for every tagged task of the communicator and identical on every rank for the
+  // matching task (stream index and per-stream sequence number). The task may use the low
+  // kTaskTagBits bits freely (e.g. step * chunks + chunk); it wraps safely because the transport
+  // matches messages with equal tags from one peer in posting order.
+  uint64_t tag_base;
+};
+
+inline constexpr int kTaskTagBits = 16;
+
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  // Posts the first operations. An error fails the stream.
+  virtual Status start(TaskContext& context) = 0;
+  // Advances after transport progress; sets *done when finished. An error fails the stream.
+  virtual Status progress(TaskContext& context, bool* done) = 0;
+
+  // Whether the task talks to peers (and so consumes a sequence number of its stream). Local
+  // tasks (host callbacks, event records) return false.
+  virtual bool communicates() const { return true; }
+
+  // For counters and logs.
+  virtual zrt_coll_kind_t kind() const = 0;
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+  // One line for logs and errors, e.g. "reduce_scatter(4194304 x f32, sum)".
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace zrt

@@ -1,0 +1,116 @@
+#include "tests/harness/multirank.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace zrt::testing {
+
+std::string RankOutcome::describe() const {
+  if (timed_out) return fmt::format("rank {} still running at the deadline (killed)", rank);
+  if (signal != 0) return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
+  return fmt::format("rank {} exited with code {}", rank, exit_code);
+}
+
+int find_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>& body,
+                                   const RankOptions& options) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int port = find_free_port();
+  const std::string token = fmt::format("test-token-{}-{}", getpid(), port);
+  std::vector<pid_t> pids(size, -1);
+  std::vector<RankOutcome> outcomes(size);
+  for (int rank = 0; rank < size; ++rank) {
+    outcomes[rank].rank = rank;
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(size).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("ZRT_JOB_TOKEN", token.c_str(), 1);
+      for (const auto& [name, value] : options.env) setenv(name.c_str(), value.c_str(), 1);
+      body(rank, size);
+      const bool failed = ::testing::Test::HasFailure();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(failed ? 1 : 0);
+    }
+    pids[rank] = pid;
+  }
+
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.deadline_ms);
+  int remaining = 0;
+  for (pid_t pid : pids) remaining += pid > 0 ? 1 : 0;
+  std::vector<bool> reaped(size, false);
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int rank = 0; rank < size; ++rank) {
+      if (reaped[rank] || pids[rank] <= 0) continue;
+      int status = 0;
+      pid_t done = waitpid(pids[rank], &status, WNOHANG);
+      if (done == pids[rank]) {
+        reaped[rank] = true;
+        --remaining;
+        progressed = true;
+        if (WIFEXITED(status)) outcomes[rank].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) outcomes[rank].signal = WTERMSIG(status);
+      }
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int rank = 0; rank < size; ++rank) {
+        if (reaped[rank] || pids[rank] <= 0) continue;
+        kill(pids[rank], SIGKILL);
+        waitpid(pids[rank], nullptr, 0);
+        outcomes[rank].timed_out = true;
+      }
+      break;
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int rank = 0; rank < size; ++rank) {
+    if (pids[rank] <= 0) outcomes[rank].exit_code = -1;
+  }
+  return outcomes;
+}
+
+void expect_ranks_pass(int size, const std::function<void(int, int)>& body,
+                       const RankOptions& options) {
+  std::vector<RankOutcome> outcomes = run_ranks(size, body, options);
+  for (const RankOutcome& outcome : outcomes) {
+    EXPECT_TRUE(outcome.passed()) << outcome.describe() << " (of " << size << " ranks)";
+  }
+}
+
+}  // namespace zrt::testing

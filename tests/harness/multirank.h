@@ -1,0 +1,43 @@
+// A multi-rank test harness: runs a test body on N real ranks (forked processes), each with the
+// environment a launcher would set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT on a free loopback port, ZRT_JOB_TOKEN), and collects every rank's outcome.
+// A rank passes when its body returns with no GoogleTest failure; GoogleTest prints the
+// failures of each rank from that rank's process.
+//
+// Fork before creating any zrt object in the parent: the children must not inherit UCX state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zrt::testing {
+
+struct RankOutcome {
+  int rank = 0;
+  int exit_code = -1;  // -1 when killed by a signal or by the harness
+  int signal = 0;
+  bool timed_out = false;  // still running at the deadline (then killed)
+  bool passed() const { return exit_code == 0 && signal == 0 && !timed_out; }
+  std::string describe() const;
+};
+
+struct RankOptions {
+  int64_t deadline_ms = 120000;  // the harness kills ranks still running after this
+  std::map<std::string, std::string> env;  // extra variables for every rank (e.g. ZRT_TIMEOUT)
+};
+
+// Runs body(rank, size) in `size` forked processes and returns their outcomes by rank.
+std::vector<RankOutcome> run_ranks(int size, const std::function<void(int rank, int size)>& body,
+                                   const RankOptions& options = {});
+
+// run_ranks, then a GoogleTest failure naming every rank that did not pass.
+void expect_ranks_pass(int size, const std::function<void(int rank, int size)>& body,
+                       const RankOptions& options = {});
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int find_free_port();
+
+}  // namespace zrt::testing

@@ -1,0 +1,83 @@
+// Transport: the point-to-point interface that collectives are written against. A transport
+// moves bytes between the ranks of one communicator; it knows nothing about collectives, streams
+// or partitions. transports/ucx implements it for host memory.
+//
+// Threading: after wire-up, every method except event_fd() is called from one thread only, the
+// communicator's progress thread. Wire-up (the create function) runs on the creating thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "lib/core/status.h"
+
+namespace zrt {
+
+class Bootstrap;
+
+// Tags carry kTagBits bits chosen by the caller; the transport adds the source rank itself, so
+// a receive matches only messages from the named peer.
+inline constexpr int kTagBits = 44;
+inline constexpr uint64_t kTagMask = (uint64_t{1} << kTagBits) - 1;
+
+// Filled by the transport when an operation ends (success, failure or cancellation). The poster
+// owns it and must keep it alive, unmoved, until `done` is true.
+struct TransportCompletion {
+  bool done = false;
+  Status status;
+  size_t bytes = 0;  // bytes actually received (receives only)
+};
+
+struct TransportOptions {
+  int64_t timeout_ms = 60000;
+  const char* name = "zrt";
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Post a tagged send / receive of `bytes` bytes. Returns an error only if the operation could
+  // not be posted (the completion is then untouched); otherwise the outcome arrives in
+  // `completion`, possibly before the call returns. A receive of fewer bytes than the matching
+  // send completes with an error. bytes == 0 is a valid message. peer == rank() is allowed.
+  virtual Status send(int peer, uint64_t tag, const void* buffer, size_t bytes,
+                      TransportCompletion* completion) = 0;
+  virtual Status recv(int peer, uint64_t tag, void* buffer, size_t bytes,
+                      TransportCompletion* completion) = 0;
+
+  // Drives communication; returns how many operations completed (0 = nothing happened).
+  virtual unsigned progress() = 0;
+
+  // Readies the transport for a blocking wait on event_fd(). Returns false when there is work to
+  // do right away (the caller must call progress() instead of sleeping).
+  virtual bool arm() = 0;
+  // A file descriptor that becomes readable when the transport has work after arm().
+  virtual int event_fd() const = 0;
+
+  // The first asynchronous failure (e.g. a peer's endpoint failed), or ok.
+  virtual Status health() const = 0;
+
+  // Fails every outstanding operation with `reason` (completions are written before return).
+  virtual void cancel_all(const Status& reason) = 0;
+
+  // Memory that peers can access directly (UCX: ucp_mem_map), for arenas and staging buffers.
+  // Touched once before return so that first-touch faults never land on the training path.
+  virtual Status alloc_registered(size_t bytes, void** buffer) = 0;
+  virtual void free_registered(void* buffer) = 0;
+
+  // Human-readable description of what the transport uses (e.g. UCX's chosen transports).
+  virtual std::string describe() const = 0;
+};
+
+// Creates a UCX transport for the ranks of `bootstrap`, wiring endpoints to every peer through
+// the bootstrap's all-gather. Collective over the bootstrap's ranks.
+Status create_ucx_transport(Bootstrap& bootstrap, const TransportOptions& options,
+                            std::unique_ptr<Transport>* transport);
+
+}  // namespace zrt
