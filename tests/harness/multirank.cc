@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -45,6 +47,10 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>
   std::fflush(stderr);
   const int port = find_free_port();
   const std::string token = fmt::format("test-token-{}-{}", getpid(), port);
+  // A scratch folder per run, for tests that exchange files (e.g. an out-of-band all-gather).
+  char run_dir_template[] = "/tmp/zrt-test-XXXXXX";
+  const char* run_dir = mkdtemp(run_dir_template);
+  const std::string run_dir_path = run_dir != nullptr ? run_dir : "";
   std::vector<pid_t> pids(size, -1);
   std::vector<RankOutcome> outcomes(size);
   for (int rank = 0; rank < size; ++rank) {
@@ -58,6 +64,7 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("ZRT_JOB_TOKEN", token.c_str(), 1);
+      setenv("ZRT_TEST_RUN_DIR", run_dir_path.c_str(), 1);
       for (const auto& [name, value] : options.env) setenv(name.c_str(), value.c_str(), 1);
       body(rank, size);
       const bool failed = ::testing::Test::HasFailure();
@@ -102,6 +109,7 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>
   for (int rank = 0; rank < size; ++rank) {
     if (pids[rank] <= 0) outcomes[rank].exit_code = -1;
   }
+  if (!run_dir_path.empty()) std::filesystem::remove_all(run_dir_path);
   return outcomes;
 }
 

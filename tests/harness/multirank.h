@@ -1,6 +1,7 @@
 // A multi-rank test harness: runs a test body on N real ranks (forked processes), each with the
 // environment a launcher would set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT on a free loopback port, ZRT_JOB_TOKEN), and collects every rank's outcome.
+// MASTER_PORT on a free loopback port, ZRT_JOB_TOKEN, and ZRT_TEST_RUN_DIR: an empty scratch
+// folder shared by the ranks of one run, removed afterwards), and collects every rank's outcome.
 // A rank passes when its body returns with no GoogleTest failure; GoogleTest prints the
 // failures of each rank from that rank's process.
 //
