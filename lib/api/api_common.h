@@ -26,6 +26,18 @@ Status check_not_null(const void* pointer, const char* arg);
 // stream of another communicator.
 Status resolve_stream(zrt_comm* comm, zrt_stream* stream, const char* arg, zrt::Stream** out);
 
+// CUDA (c_api_cuda.cc; always built: without NCCL or without a usable device they return
+// ZRT_UNSUPPORTED with the reason).
+// zrt_stream_create(comm, ZRT_MEM_CUDA, ...) delegates here: creates a zrt-owned high-priority
+// CUDA stream (initialising the communicator's NCCL side on first use, which is collective) and
+// appends the handle to comm->streams.
+Status create_cuda_stream(zrt_comm* comm, zrt_stream** out);
+// zrt_comm_split calls this on every rank of `parent` right after the host split, with `child`
+// NULL on ranks that passed ZRT_SPLIT_NOCOLOR: when the parent has an NCCL communicator, the
+// child's comes from ncclCommSplit (collective over the parent); otherwise nothing happens and
+// the child initialises NCCL on its first CUDA stream.
+Status split_device_context(zrt_comm* parent, int color, int key, zrt_comm* child);
+
 }  // namespace zrt::api
 
 // Wraps the body of a C entry point: a Status-returning lambda body, exceptions turned into

@@ -18,16 +18,27 @@ inline constexpr uint32_t kDeadMagic = 0xdeadbeef;
 
 struct zrt_comm;
 
+namespace zrt {
+class DeviceContext;  // transports/nccl/device_context.h: the communicator's NCCL side
+}  // namespace zrt
+
 struct zrt_stream {
   uint32_t magic = kStreamMagic;
   zrt_comm* comm = nullptr;
   zrt::Stream* impl = nullptr;
+  // Set for streams the engine did not create (CUDA streams, c_api_cuda.cc): impl points into
+  // it. Destroy such a stream by synchronizing impl and resetting `owned`, not through
+  // engine().destroy_stream().
+  std::unique_ptr<zrt::Stream> owned;
 };
 
 struct zrt_event {
   uint32_t magic = kEventMagic;
   zrt_comm* comm = nullptr;
   zrt::Event* impl = nullptr;
+  // Set for events the engine did not create (CUDA events, zrt_event_create_cuda): impl points
+  // into it; destroy by resetting `owned`, not through engine().destroy_event().
+  std::unique_ptr<zrt::Event> owned;
 };
 
 // Owns the communicator and every stream/event handle made on it, so zrt_comm_destroy frees all.
@@ -38,4 +49,9 @@ struct zrt_comm {
   std::mutex handles_mutex;
   std::vector<std::unique_ptr<zrt_stream>> streams;
   std::vector<std::unique_ptr<zrt_event>> events;
+  // The NCCL communicator and device arena, created by the first CUDA stream (c_api_cuda.cc).
+  // Shared with every CUDA stream and event of this communicator, so it outlives them whatever
+  // order the handles are freed in.
+  std::mutex device_mutex;
+  std::shared_ptr<zrt::DeviceContext> device;
 };
