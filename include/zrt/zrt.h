@@ -342,7 +342,243 @@ typedef struct zrt_comm_stats {
 ZRT_API zrt_status_t zrt_comm_stats(zrt_comm_t comm, zrt_comm_stats_t* stats);
 ZRT_API zrt_status_t zrt_comm_stats_reset(zrt_comm_t comm);
 
-/* @@PARTITION_API@@ (section owned by the partition manager; see below) */
+/* ---------------------------------------------------------------------------------------------
+ * Partition managers (ZeRO stages 0/1/2/3)
+ *
+ * A framework registers its parameters, grouped in units (its layers or modules) in forward
+ * order, then finalizes. From then on zrt owns the flat sharded buffers (parameters, gradients,
+ * f32 master weights, optimizer state) and all ZeRO communication; the framework keeps its own
+ * compute kernels and its own optimizer, which zrt calls on the local shard.
+ *
+ * Layout (segment-major). The trainable parameters form segments: constant-size gradient
+ * buckets filled in backward order (stages 0/1/2), or one segment per unit (stage 3). Each
+ * segment is padded to a multiple of N x alignment elements and split into N equal contiguous
+ * slices; rank r owns slice r of every segment and its shard is the concatenation of those
+ * slices, one contiguous buffer. A parameter may straddle slices; zrt_partition_param_info and
+ * zrt_partition_shard_pieces map between parameters and the shard both ways. Stage 0 is plain
+ * data parallelism for comparison (every rank owns everything, gradients are all-reduced).
+ * Frozen parameters are replicated on every rank in every stage (no gradient, master or state).
+ * In stage 3, trainable parameters flagged ZRT_PARAM_UNSHARDED or smaller than
+ * persistence_threshold stay gathered (one extra "persistent" segment); their master and state
+ * are still sharded.
+ *
+ * Training protocol, per step:
+ *   forward:   for each unit u in order: zrt_partition_fetch(u), compute with the pointers of
+ *              zrt_partition_param_data, zrt_partition_release(u).
+ *   backward:  for each unit in reverse order: fetch(u) (and again under recomputation),
+ *              write the unit's gradients at zrt_partition_grad_data, zrt_partition_grad_ready(u),
+ *              release(u). The reduction of each complete bucket (unit in stage 3) starts at
+ *              once on zrt's reduce-scatter stream, overlapping the rest of backward.
+ *   repeat forward/backward for more micro-batches (zrt_partition_set_sync chooses whether a
+ *   micro-batch reduces or only accumulates locally), then zrt_partition_step.
+ * Gradients are averaged over ranks; the framework divides by its micro-batch count.
+ *
+ * Thread safety: a partition manager is used from one thread at a time (the framework's
+ * training thread); different managers may be used concurrently. Every call that waits for
+ * communication fails with ZRT_TIMEOUT after the communicator's timeout.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct zrt_partition* zrt_partition_t;
+
+/* Parameter flags for zrt_partition_add_param. */
+#define ZRT_PARAM_DEFAULT 0u
+#define ZRT_PARAM_FROZEN 1u    /* no gradient: replicated, never reduced or updated */
+#define ZRT_PARAM_UNSHARDED 2u /* stage 3: always gathered (its master/state stay sharded) */
+
+typedef struct zrt_partition_config {
+  size_t size;       /* sizeof(zrt_partition_config_t) as the caller compiled it */
+  uint32_t magic;    /* ZRT_CONFIG_MAGIC */
+  uint32_t version;  /* ZRT_VERSION_CODE as the caller compiled it */
+  int stage;         /* 0, 1, 2, 3. Default 2: stage 1's traffic, less gradient memory */
+  zrt_dtype_t param_dtype;  /* f32/f16/bf16. Default f32 (what a plain framework registers) */
+  zrt_dtype_t reduce_dtype; /* gradient buckets and reduction. Default f32 (accurate sums) */
+  zrt_dtype_t master_dtype; /* must be f32 (optimizer updates vanish in 16 bits) */
+  int optimizer_slots;      /* f32 state arrays per element. Default 2 (Adam) */
+  size_t bucket_bytes;      /* stages 0-2 bucket size. Default 25 MiB (DDP's bucket_cap_mb) */
+  int prefetch_depth;       /* stage 3 units gathered ahead. Default 1 */
+  size_t prefetch_bytes;    /* stage 3 cap on prefetched bytes in flight; 0 = none */
+  size_t max_live_bytes;    /* stage 3 cap on gathered bytes at once; 0 = depth + 1 units */
+  size_t persistence_threshold; /* stage 3, elements; smaller params stay gathered. 100000 */
+  size_t alignment;         /* elements; slices start on multiples of it. Default 128 */
+  zrt_mem_kind_t mem_kind;  /* where the buffers live. Default ZRT_MEM_HOST */
+  int no_sync_accumulation; /* stages 2/3: keep full local gradients so micro-batches may skip
+                               the reduction (zrt_partition_set_sync(pm, 0)). Default 0 */
+} zrt_partition_config_t;
+
+#define ZRT_PARTITION_CONFIG_INIT                                                        \
+  {                                                                                      \
+    sizeof(zrt_partition_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, 2, ZRT_F32,     \
+        ZRT_F32, ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0     \
+  }
+
+/* Applies the keys of a JSON object in file `path` over *config (absent keys keep their value):
+ * the field names above, dtypes and mem_kind as strings ("bf16", "host"). config must have been
+ * initialised with ZRT_PARTITION_CONFIG_INIT. Errors: ZRT_INVALID_ARGUMENT (NULL, unknown key,
+ * wrong type, value out of range: the key is named), ZRT_SYSTEM_ERROR (file unreadable). */
+ZRT_API zrt_status_t zrt_partition_config_load(const char* path, zrt_partition_config_t* config);
+
+/* Creates a partition manager on comm (which must outlive it). config NULL = defaults; it is
+ * copied. Local. Errors: ZRT_INVALID_ARGUMENT (bad config: the field is named),
+ * ZRT_UNSUPPORTED (mem_kind not available in this build). */
+ZRT_API zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t* config,
+                                          zrt_partition_t* pm);
+
+/* Waits for pending communication, then frees every buffer. NULL is accepted. Pointers handed
+ * out become invalid. Returns the first error of pending work. */
+ZRT_API zrt_status_t zrt_partition_destroy(zrt_partition_t pm);
+
+/* Registration, before zrt_partition_finalize, identical on every rank. Units are added in
+ * forward order and numbered from 0; parameters are numbered from 0 in the order added.
+ * name is copied (NULL = ""). Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0, unknown
+ * flags), ZRT_INVALID_USAGE (after finalize). */
+ZRT_API zrt_status_t zrt_partition_add_unit(zrt_partition_t pm, const char* name, int* unit);
+ZRT_API zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* name,
+                                             size_t numel, uint32_t flags, int* param);
+
+/* Lays out the segments, allocates every long-lived buffer in arenas (touched once), creates
+ * the gather and reduce-scatter streams, and checks that every rank registered the same model
+ * with the same configuration. Collective. Parameters start at zero: load them with
+ * zrt_partition_load_param. Errors: ZRT_INVALID_USAGE (called twice, no parameter, ranks
+ * disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY, ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
+
+/* Sets a parameter's value from `values` (numel elements of `dtype`, f32/f16/bf16, the full
+ * parameter, identical on every rank): its master copy, its shard and any resident copy. Local;
+ * call it on every rank between finalize and the first fetch of a step. Errors:
+ * ZRT_INVALID_ARGUMENT (unknown param, NULL, dtype), ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, const void* values,
+                                              zrt_dtype_t dtype);
+
+typedef struct zrt_param_info {
+  size_t size;      /* sizeof(zrt_param_info_t); set before the call */
+  int unit;
+  size_t numel;
+  uint32_t flags;   /* as registered */
+  int resident;     /* 1: full data always available (stages 0-2, frozen, persistent) */
+  int first_segment, last_segment; /* segments holding it (-1 when frozen) */
+  size_t segment_offset; /* element offset of its first element in first_segment */
+  size_t view_offset;    /* element offset in its gathered buffer (full buffer, unit window
+                            slot, persistent or frozen store) */
+} zrt_param_info_t;
+
+/* Where a parameter lives (see zrt_param_info_t). Local. Errors: ZRT_INVALID_ARGUMENT,
+ * ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_param_info(zrt_partition_t pm, int param,
+                                              zrt_param_info_t* info);
+
+/* One contiguous piece of the local shard: elements [param_offset, param_offset + count) of
+ * `param` are at shard elements [shard_offset, shard_offset + count). Padding is not listed. */
+typedef struct zrt_shard_piece {
+  int param;
+  size_t param_offset;
+  size_t shard_offset;
+  size_t count;
+} zrt_shard_piece_t;
+
+/* The local shard's piece map, in shard order: *count pieces at *pieces, owned by pm and valid
+ * until it is destroyed. Local. Errors: ZRT_INVALID_ARGUMENT, ZRT_INVALID_USAGE. */
+ZRT_API zrt_status_t zrt_partition_shard_pieces(zrt_partition_t pm,
+                                                const zrt_shard_piece_t** pieces, size_t* count);
+
+/* Makes unit's parameters available (stage 3: all-gathers it into a gather window slot if it is
+ * not already there or in flight, then starts prefetching the next units within prefetch_depth
+ * and the byte budgets, in the order recorded during the first step or else the declared order;
+ * stages 0-2: waits for the parameters' post-step all-gather). Blocks until the data is there.
+ * A unit may be fetched again after release (backward, recomputation). Errors:
+ * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (not finalized, already fetched,
+ * gather window full of fetched units: release one), ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ZRT_API zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit);
+
+/* The framework is done with unit's parameters; stage 3 frees its window slot.
+ * Errors: ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (unit not fetched). */
+ZRT_API zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit);
+
+/* Pointer to a parameter's full data (numel elements of param_dtype), valid while its unit is
+ * fetched (always, for resident parameters). The framework may read it, never write it.
+ * Errors: ZRT_INVALID_ARGUMENT, ZRT_INVALID_USAGE (unit not fetched). */
+ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data);
+
+/* Pointer where the framework writes a trainable parameter's gradient for this micro-batch
+ * (numel elements of param_dtype, overwritten, not accumulated: zrt accumulates). The unit's
+ * gradient buffers share one staging window: they are valid until zrt_partition_grad_ready of
+ * that unit, and only one unit's may be open at a time. Errors: ZRT_INVALID_ARGUMENT (unknown
+ * or frozen param), ZRT_INVALID_USAGE (another unit's gradients are open). */
+ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
+
+/* Whether the coming micro-batch reduces its gradients (1, default) or only accumulates them
+ * locally (0; stages 0/1, or 2/3 with no_sync_accumulation). Set between micro-batches. Errors:
+ * ZRT_INVALID_USAGE (in the middle of a backward, or no-sync unavailable in this stage). */
+ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
+
+/* The unit's gradients are written: zrt accumulates them into its buckets and starts the
+ * reduction of every bucket this completes. Errors: ZRT_INVALID_ARGUMENT (unknown unit),
+ * ZRT_INVALID_USAGE (signalled twice in one micro-batch), ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
+
+/* Global gradient figures over all ranks, computed on the reduced gradient shards after waiting
+ * for all reductions: the L2 norm (sum of squares in f64) and whether any element is inf/NaN.
+ * Either output may be NULL; asking for both costs one all-reduce. Collective. Errors:
+ * ZRT_INVALID_ARGUMENT (both NULL), ZRT_INVALID_USAGE (gradients incomplete), ZRT_TIMEOUT. */
+ZRT_API zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm,
+                                             int* has_nonfinite);
+
+/* What the optimizer callback receives: the local shard, count elements each. master, grad and
+ * state[i] are f32 and contiguous; the optimizer updates master and state in place (grad is
+ * read-only). Padding elements have zero gradient. pieces map the shard to parameters. */
+typedef struct zrt_optimizer_args {
+  size_t size; /* sizeof(zrt_optimizer_args_t) */
+  float* master;
+  const float* grad;
+  float* const* state;
+  int num_state;
+  size_t count;
+  const zrt_shard_piece_t* pieces;
+  size_t num_pieces;
+  int64_t step; /* 1 on the first step */
+} zrt_optimizer_args_t;
+
+/* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on (the parameters are then
+ * left unchanged on this rank). */
+typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
+
+/* Waits for all reductions, calls optimizer once with the local shard, then converts master to
+ * param_dtype and (stages 1/2) all-gathers the updated parameters bucket by bucket on the
+ * all-gather stream (fetch waits for them), (stage 3) updates the shard and regathers the
+ * persistent parameters; then clears the gradients. Collective. Errors: ZRT_INVALID_ARGUMENT
+ * (NULL optimizer), ZRT_INVALID_USAGE (gradients of some unit missing, no synchronised
+ * micro-batch, units still fetched), the optimizer's error, ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
+                                        void* user_data);
+
+/* Bytes this rank holds, per category. Model state = full_params + param_shard + gradients +
+ * grad_shard + master + optimizer_state; theoretical_model_state is the ZeRO formula for the
+ * configuration (f16 params and Adam: 16P; 4P + 12P/N; 2P + 14P/N; 16P/N, generalised to the
+ * configured dtypes and slots, plus replicated frozen and persistent parameters and, with
+ * no_sync_accumulation, the full local gradients), computed for the unpadded parameter count;
+ * the difference is the segments' padding. */
+typedef struct zrt_partition_memory {
+  size_t size; /* sizeof(zrt_partition_memory_t); set before the call */
+  uint64_t full_params;     /* gathered-for-good parameters (stages 0-2; stage 3 persistent) */
+  uint64_t param_shard;     /* stage 3 parameter shard */
+  uint64_t gradients;       /* full local gradients (stages 0/1; 2/3 with no-sync) */
+  uint64_t grad_shard;      /* reduced gradient shard (stages 2/3) */
+  uint64_t master;          /* f32 master shard */
+  uint64_t optimizer_state; /* optimizer_slots f32 arrays of shard size */
+  uint64_t buckets;         /* reduction buckets (constant size) */
+  uint64_t gather_window;   /* stage 3 gather window slots (constant size) */
+  uint64_t grad_staging;    /* the framework's gradient window, and the f32 copy of the
+                               gradient shard handed to the optimizer when reduce_dtype is not
+                               f32 (or the shard is not contiguous, stage 1) */
+  uint64_t model_state;     /* sum of the six model-state categories */
+  uint64_t total;           /* everything above */
+  double theoretical_model_state; /* the ZeRO formula, unpadded */
+  uint64_t parameters;      /* trainable elements (P), without padding */
+  uint64_t padded_parameters; /* trainable elements with segment padding */
+} zrt_partition_memory_t;
+
+/* Fills *memory for a finalized manager (measured from its arenas). Local. Errors:
+ * ZRT_INVALID_ARGUMENT (NULL, size too small), ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory);
 
 #ifdef __cplusplus
 } /* extern "C" */

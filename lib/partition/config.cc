@@ -1,0 +1,241 @@
+#include "lib/partition/config.h"
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "lib/core/dtype.h"
+
+namespace zrt {
+namespace {
+
+bool is_param_dtype(zrt_dtype_t dtype) {
+  return dtype == ZRT_F32 || dtype == ZRT_F16 || dtype == ZRT_BF16;
+}
+
+// Whether the caller's struct (of caller_size bytes) contains `field`.
+#define ZRT_HAS_FIELD(caller_size, field)                     \
+  ((caller_size) >= offsetof(zrt_partition_config_t, field) + \
+                        sizeof(static_cast<zrt_partition_config_t*>(nullptr)->field))
+
+}  // namespace
+
+Status validate_partition_options(const PartitionOptions& o) {
+  if (o.stage < 0 || o.stage > 3) {
+    return Status::invalid_argument("config.stage is {}; expected 0, 1, 2 or 3", o.stage);
+  }
+  if (!is_param_dtype(o.param_dtype)) {
+    return Status::invalid_argument("config.param_dtype is {}; expected f32, f16 or bf16",
+                                    dtype_name(o.param_dtype));
+  }
+  if (!is_param_dtype(o.reduce_dtype)) {
+    return Status::invalid_argument("config.reduce_dtype is {}; expected f32, f16 or bf16",
+                                    dtype_name(o.reduce_dtype));
+  }
+  if (o.master_dtype != ZRT_F32) {
+    return Status::invalid_argument(
+        "config.master_dtype is {}; only f32 master weights are "
+        "supported (16-bit updates vanish)",
+        dtype_name(o.master_dtype));
+  }
+  if (o.optimizer_slots < 0 || o.optimizer_slots > 16) {
+    return Status::invalid_argument("config.optimizer_slots is {}; expected 0..16",
+                                    o.optimizer_slots);
+  }
+  if (o.alignment == 0 || o.alignment > (size_t{1} << 20)) {
+    return Status::invalid_argument("config.alignment is {} elements; expected 1..1048576",
+                                    o.alignment);
+  }
+  if (o.bucket_bytes < dtype_size(o.reduce_dtype)) {
+    return Status::invalid_argument("config.bucket_bytes is {}; it must hold one element",
+                                    o.bucket_bytes);
+  }
+  if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
+    return Status::invalid_argument("config.prefetch_depth is {}; expected 0..64",
+                                    o.prefetch_depth);
+  }
+  if (o.mem_kind != ZRT_MEM_HOST && o.mem_kind != ZRT_MEM_CUDA) {
+    return Status::invalid_argument("config.mem_kind is {}; expected host or cuda",
+                                    static_cast<int>(o.mem_kind));
+  }
+  return Status::ok();
+}
+
+Status partition_options_from_config(const zrt_partition_config_t* config,
+                                     PartitionOptions* options) {
+  PartitionOptions o;
+  if (config != nullptr) {
+    const size_t n = config->size;
+    if (n < offsetof(zrt_partition_config_t, stage) || n > (size_t{1} << 16)) {
+      return Status::invalid_argument(
+          "config.size is {}; initialise the struct with ZRT_PARTITION_CONFIG_INIT", n);
+    }
+    if (config->magic != ZRT_CONFIG_MAGIC) {
+      return Status::invalid_argument(
+          "config.magic is {:#x}, not ZRT_CONFIG_MAGIC; use ZRT_PARTITION_CONFIG_INIT",
+          config->magic);
+    }
+    if (config->version > ZRT_VERSION_CODE && n > sizeof(zrt_partition_config_t)) {
+      return Status::invalid_argument("config.version {} is newer than this library ({})",
+                                      config->version, ZRT_VERSION_CODE);
+    }
+    if (ZRT_HAS_FIELD(n, stage)) o.stage = config->stage;
+    if (ZRT_HAS_FIELD(n, param_dtype)) o.param_dtype = config->param_dtype;
+    if (ZRT_HAS_FIELD(n, reduce_dtype)) o.reduce_dtype = config->reduce_dtype;
+    if (ZRT_HAS_FIELD(n, master_dtype)) o.master_dtype = config->master_dtype;
+    if (ZRT_HAS_FIELD(n, optimizer_slots)) o.optimizer_slots = config->optimizer_slots;
+    if (ZRT_HAS_FIELD(n, bucket_bytes)) o.bucket_bytes = config->bucket_bytes;
+    if (ZRT_HAS_FIELD(n, prefetch_depth)) o.prefetch_depth = config->prefetch_depth;
+    if (ZRT_HAS_FIELD(n, prefetch_bytes)) o.prefetch_bytes = config->prefetch_bytes;
+    if (ZRT_HAS_FIELD(n, max_live_bytes)) o.max_live_bytes = config->max_live_bytes;
+    if (ZRT_HAS_FIELD(n, persistence_threshold)) {
+      o.persistence_threshold = config->persistence_threshold;
+    }
+    if (ZRT_HAS_FIELD(n, alignment)) o.alignment = config->alignment;
+    if (ZRT_HAS_FIELD(n, mem_kind)) o.mem_kind = config->mem_kind;
+    if (ZRT_HAS_FIELD(n, no_sync_accumulation)) {
+      o.no_sync_accumulation = config->no_sync_accumulation != 0;
+    }
+  }
+  ZRT_RETURN_IF_ERROR(validate_partition_options(o));
+  *options = o;
+  return Status::ok();
+}
+
+void partition_options_to_config(const PartitionOptions& o, zrt_partition_config_t* config) {
+  config->stage = o.stage;
+  config->param_dtype = o.param_dtype;
+  config->reduce_dtype = o.reduce_dtype;
+  config->master_dtype = o.master_dtype;
+  config->optimizer_slots = o.optimizer_slots;
+  config->bucket_bytes = o.bucket_bytes;
+  config->prefetch_depth = o.prefetch_depth;
+  config->prefetch_bytes = o.prefetch_bytes;
+  config->max_live_bytes = o.max_live_bytes;
+  config->persistence_threshold = o.persistence_threshold;
+  config->alignment = o.alignment;
+  config->mem_kind = o.mem_kind;
+  config->no_sync_accumulation = o.no_sync_accumulation ? 1 : 0;
+}
+
+Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
+                                    PartitionOptions* options) {
+  nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return Status::invalid_argument("{}: not valid JSON", origin);
+  if (!doc.is_object()) return Status::invalid_argument("{}: expected a JSON object", origin);
+  PartitionOptions o = *options;
+  for (const auto& [key, value] : doc.items()) {
+    auto want_int = [&](int64_t low, int64_t high, int64_t* out) -> Status {
+      if (!value.is_number_integer()) {
+        return Status::invalid_argument("{}: key \"{}\" must be an integer", origin, key);
+      }
+      const int64_t v = value.get<int64_t>();
+      if (v < low || v > high) {
+        return Status::invalid_argument("{}: key \"{}\" is {}; expected {}..{}", origin, key, v,
+                                        low, high);
+      }
+      *out = v;
+      return Status::ok();
+    };
+    auto want_dtype = [&](zrt_dtype_t* out) -> Status {
+      if (!value.is_string() || !dtype_from_name(value.get<std::string>().c_str(), out)) {
+        return Status::invalid_argument("{}: key \"{}\" must be a dtype name (\"f32\", \"bf16\")",
+                                        origin, key);
+      }
+      return Status::ok();
+    };
+    int64_t v = 0;
+    constexpr int64_t kMax = INT64_MAX;
+    if (key == "stage") {
+      ZRT_RETURN_IF_ERROR(want_int(0, 3, &v));
+      o.stage = static_cast<int>(v);
+    } else if (key == "param_dtype") {
+      ZRT_RETURN_IF_ERROR(want_dtype(&o.param_dtype));
+    } else if (key == "reduce_dtype") {
+      ZRT_RETURN_IF_ERROR(want_dtype(&o.reduce_dtype));
+    } else if (key == "master_dtype") {
+      ZRT_RETURN_IF_ERROR(want_dtype(&o.master_dtype));
+    } else if (key == "optimizer_slots") {
+      ZRT_RETURN_IF_ERROR(want_int(0, 16, &v));
+      o.optimizer_slots = static_cast<int>(v);
+    } else if (key == "bucket_bytes") {
+      ZRT_RETURN_IF_ERROR(want_int(1, kMax, &v));
+      o.bucket_bytes = static_cast<size_t>(v);
+    } else if (key == "prefetch_depth") {
+      ZRT_RETURN_IF_ERROR(want_int(0, 64, &v));
+      o.prefetch_depth = static_cast<int>(v);
+    } else if (key == "prefetch_bytes") {
+      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
+      o.prefetch_bytes = static_cast<size_t>(v);
+    } else if (key == "max_live_bytes") {
+      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
+      o.max_live_bytes = static_cast<size_t>(v);
+    } else if (key == "persistence_threshold") {
+      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
+      o.persistence_threshold = static_cast<size_t>(v);
+    } else if (key == "alignment") {
+      ZRT_RETURN_IF_ERROR(want_int(1, int64_t{1} << 20, &v));
+      o.alignment = static_cast<size_t>(v);
+    } else if (key == "mem_kind") {
+      const std::string kind = value.is_string() ? value.get<std::string>() : "";
+      if (kind == "host") {
+        o.mem_kind = ZRT_MEM_HOST;
+      } else if (kind == "cuda") {
+        o.mem_kind = ZRT_MEM_CUDA;
+      } else {
+        return Status::invalid_argument("{}: key \"mem_kind\" must be \"host\" or \"cuda\"",
+                                        origin);
+      }
+    } else if (key == "no_sync_accumulation") {
+      if (value.is_boolean()) {
+        o.no_sync_accumulation = value.get<bool>();
+      } else {
+        ZRT_RETURN_IF_ERROR(want_int(0, 1, &v));
+        o.no_sync_accumulation = v != 0;
+      }
+    } else {
+      return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
+    }
+  }
+  ZRT_RETURN_IF_ERROR(validate_partition_options(o).with_context(origin));
+  *options = o;
+  return Status::ok();
+}
+
+Status partition_options_load_json_file(const std::string& path, PartitionOptions* options) {
+  std::ifstream in(path);
+  if (!in) return Status::system_error("cannot open partition config " + path, errno);
+  std::stringstream text;
+  text << in.rdbuf();
+  return partition_options_apply_json(text.str(), path, options);
+}
+
+uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
+  uint64_t h = seed ^ 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t value) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (value >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  mix(static_cast<uint64_t>(o.stage));
+  mix(o.param_dtype);
+  mix(o.reduce_dtype);
+  mix(o.master_dtype);
+  mix(static_cast<uint64_t>(o.optimizer_slots));
+  mix(o.bucket_bytes);
+  mix(static_cast<uint64_t>(o.prefetch_depth));
+  mix(o.prefetch_bytes);
+  mix(o.max_live_bytes);
+  mix(o.persistence_threshold);
+  mix(o.alignment);
+  mix(o.mem_kind);
+  mix(o.no_sync_accumulation ? 1 : 0);
+  return h;
+}
+
+}  // namespace zrt

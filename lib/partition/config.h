@@ -1,0 +1,70 @@
+// PartitionOptions: the partition manager's configuration in C++ form, resolved from the public
+// zrt_partition_config_t or from a JSON file (so that settings tuned by zrt-tune can be applied),
+// validated once, and hashed so finalize can prove that every rank agrees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lib/core/status.h"
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+// Defaults, and why (zrt.h repeats them for framework authors).
+struct PartitionOptions {
+  // ZeRO stage. 2 halves gradient memory against stage 1 at the same traffic, so it is the
+  // best default when the parameters still fit; 3 is opt-in because it adds 50% traffic.
+  int stage = 2;
+  // f32 unless asked: a framework that registers f32 tensors must get f32 back.
+  zrt_dtype_t param_dtype = ZRT_F32;
+  // Gradients are reduced in f32: 16-bit sums over many ranks lose the small contributions.
+  zrt_dtype_t reduce_dtype = ZRT_F32;
+  // Master weights are f32 (the only value accepted): optimizer updates vanish in 16 bits.
+  zrt_dtype_t master_dtype = ZRT_F32;
+  // Adam keeps two moments.
+  int optimizer_slots = 2;
+  // 25 MiB, PyTorch DDP's bucket_cap_mb: large enough that each reduce-scatter runs at the
+  // transport's bandwidth, small enough that the first one starts early in backward.
+  size_t bucket_bytes = size_t{25} << 20;
+  // One unit ahead: hides one gather behind one unit's compute at the cost of one more slot.
+  int prefetch_depth = 1;
+  // Bytes of prefetched (not yet fetched) units in flight; 0 = no limit beyond the depth.
+  size_t prefetch_bytes = 0;
+  // Bytes of gathered units at once (fetched or prefetched); 0 = no limit beyond depth + 1.
+  size_t max_live_bytes = 0;
+  // Stage 3: trainable parameters with fewer elements stay gathered (DeepSpeed's
+  // stage3_param_persistence_threshold, same default): biases and norms cost more in
+  // per-collective latency than they save in memory.
+  size_t persistence_threshold = 100000;
+  // Elements. Every slice of every segment starts on a multiple of this many elements: 128
+  // elements is 256 bytes in 16-bit dtypes (the CUDA allocation alignment, four cache lines,
+  // a whole number of AVX-512 vectors) and 512 bytes in f32.
+  size_t alignment = 128;
+  zrt_mem_kind_t mem_kind = ZRT_MEM_HOST;
+  // Stages 2/3: keep a full local gradient buffer so micro-batches can skip the reduction
+  // (no-sync accumulation, FSDP's no_sync). Off by default: it costs a full gradient copy.
+  bool no_sync_accumulation = false;
+};
+
+// Checks ranges and combinations; messages name the field.
+Status validate_partition_options(const PartitionOptions& options);
+
+// From the C struct (NULL = defaults). Refuses a bad size/magic/version; fields a smaller
+// (older) struct lacks keep their defaults.
+Status partition_options_from_config(const zrt_partition_config_t* config,
+                                     PartitionOptions* options);
+void partition_options_to_config(const PartitionOptions& options, zrt_partition_config_t* config);
+
+// Applies the keys of a JSON object over *options (absent keys keep their value). Unknown keys
+// and wrong types are refused, naming the key. Keys are the C struct's field names; dtypes and
+// the memory kind are strings ("bf16", "host").
+Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
+                                    PartitionOptions* options);
+Status partition_options_load_json_file(const std::string& path, PartitionOptions* options);
+
+// A stable digest of every field (FNV-1a), for the cross-rank consistency check.
+uint64_t partition_options_hash(const PartitionOptions& options, uint64_t seed);
+
+}  // namespace zrt

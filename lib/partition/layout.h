@@ -1,0 +1,153 @@
+// Layout: where every parameter lives in zrt's flat buffers, for one rank count (DESIGN.md,
+// "Segment-major sharding").
+//
+// The trainable parameters are cut into segments. Stages 0/1/2: the parameters are laid out in
+// backward order (last unit first, each unit's parameters in registration order), so gradients
+// fill the flat buffer front to back as backward runs, and the buffer is chopped into segments of
+// the bucket capacity; a parameter may straddle two segments, and only the last segment needs
+// padding, so the full parameter buffer has no holes. Stage 3: one segment per unit, holding
+// the unit's trainable non-persistent parameters in registration order, then one "persistent"
+// segment with every parameter that stays gathered. Every segment is padded to a multiple of
+// S x alignment elements (S = N shards, 1 for stage 0) and split into S equal slices; the shard
+// of rank r is slice r of every segment, in segment order. Master weights, optimizer state and
+// reduced gradients all use the shard layout, so one reduce-scatter per segment delivers
+// exactly the owned gradient slice and one all-gather per segment restores the parameters.
+//
+// Frozen parameters are not in any segment: they sit, replicated, in a frozen store.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/config.h"
+
+namespace zrt {
+
+struct ParamSpec {
+  std::string name;
+  size_t numel = 0;
+  int unit = 0;
+  uint32_t flags = 0;  // ZRT_PARAM_*
+};
+
+struct UnitSpec {
+  std::string name;
+};
+
+enum class ParamPlace : uint8_t {
+  kSegmented,   // in the flat buffer (stages 0-2) or its unit's segment (stage 3)
+  kPersistent,  // stage 3: in the persistent segment, always gathered
+  kFrozen,      // replicated in the frozen store
+};
+
+// Elements [param_offset, param_offset + count) of `param` at segment element segment_offset.
+struct SegmentPiece {
+  int param = 0;
+  size_t param_offset = 0;
+  size_t segment_offset = 0;
+  size_t count = 0;
+};
+
+struct Segment {
+  size_t numel = 0;         // padded
+  size_t used = 0;          // elements holding parameters (the rest is padding at the end)
+  size_t slice = 0;         // numel / S
+  size_t view_offset = 0;   // stages 0-2: start in the full flat buffer; stage 3: 0
+  size_t shard_offset = 0;  // start of this segment's slice in every rank's shard
+  int unit = -1;            // stage 3: the unit; -1 for buckets and the persistent segment
+  bool persistent = false;
+  std::vector<SegmentPiece> pieces;  // in segment order
+};
+
+struct ParamLocation {
+  ParamPlace place = ParamPlace::kSegmented;
+  int unit = 0;
+  size_t numel = 0;
+  uint32_t flags = 0;
+  // Stages 0-2: offset in the full flat buffer. Stage 3 segmented: offset in its unit's
+  // segment (= window slot). Persistent: offset in the persistent segment. Frozen: offset in
+  // the frozen store.
+  size_t view_offset = 0;
+  int first_segment = -1;
+  int last_segment = -1;
+  size_t segment_offset = 0;  // offset of element 0 in first_segment
+  size_t staging_offset = 0;  // offset in the unit's gradient staging window (trainable only)
+};
+
+struct UnitLayout {
+  std::vector<int> params;
+  size_t trainable_numel = 0;  // gradient staging elements
+  int segment = -1;            // stage 3: its segment (-1 when it has none)
+  // Segments holding its segmented parameters (stages 0-2: a range; -1 when none).
+  int first_segment = -1;
+  int last_segment = -1;
+  bool has_persistent = false;
+};
+
+// A piece of one rank's shard.
+struct ShardPiece {
+  int param = 0;
+  size_t param_offset = 0;
+  size_t shard_offset = 0;
+  size_t count = 0;
+};
+
+class Layout {
+ public:
+  // Lays out `params` (grouped by `units`) for `ranks` ranks. Errors name the parameter/unit.
+  static Status build(const PartitionOptions& options, int ranks,
+                      const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& params,
+                      Layout* layout);
+
+  int stage() const { return stage_; }
+  int ranks() const { return ranks_; }
+  int shards() const { return shards_; }  // S: ranks, or 1 for stage 0
+  const std::vector<Segment>& segments() const { return segments_; }
+  const std::vector<ParamLocation>& params() const { return params_; }
+  const std::vector<UnitLayout>& units() const { return units_; }
+
+  size_t trainable_numel() const { return trainable_numel_; }     // P, unpadded
+  size_t padded_numel() const { return padded_numel_; }           // sum of segment sizes
+  size_t shard_numel() const { return padded_numel_ / shards_; }  // per rank
+  size_t frozen_numel() const { return frozen_numel_; }
+  size_t persistent_numel() const { return persistent_numel_; }              // unpadded
+  int persistent_segment() const { return persistent_segment_; }             // -1 when none
+  size_t max_unit_segment_numel() const { return max_unit_segment_numel_; }  // stage 3
+  size_t max_segment_numel() const { return max_segment_numel_; }
+  size_t max_unit_trainable_numel() const { return max_unit_trainable_numel_; }
+  // Stages 0-2: the bucket capacity in elements (every segment but the last has this size).
+  size_t bucket_numel() const { return bucket_numel_; }
+
+  // The pieces of rank r's shard, in shard order.
+  std::vector<ShardPiece> shard_pieces(int rank) const;
+
+  // Where element `element` of `param` lives: its segment, the rank owning it and its offset in
+  // that rank's shard. Errors for frozen parameters or out-of-range elements.
+  Status locate(int param, size_t element, int* segment, int* rank, size_t* shard_offset) const;
+
+  // A digest of the layout's inputs (counts, flags, units) for the cross-rank check.
+  uint64_t hash() const { return hash_; }
+
+ private:
+  int stage_ = 0;
+  int ranks_ = 1;
+  int shards_ = 1;
+  std::vector<Segment> segments_;
+  std::vector<ParamLocation> params_;
+  std::vector<UnitLayout> units_;
+  size_t trainable_numel_ = 0;
+  size_t padded_numel_ = 0;
+  size_t frozen_numel_ = 0;
+  size_t persistent_numel_ = 0;
+  int persistent_segment_ = -1;
+  size_t max_unit_segment_numel_ = 0;
+  size_t max_segment_numel_ = 0;
+  size_t max_unit_trainable_numel_ = 0;
+  size_t bucket_numel_ = 0;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace zrt

@@ -1,0 +1,136 @@
+#include "lib/partition/memory_model.h"
+
+#include <algorithm>
+
+#include "lib/core/dtype.h"
+
+namespace zrt {
+
+int window_slots(const PartitionOptions& options, const Layout& layout) {
+  if (options.stage != 3 || layout.max_unit_segment_numel() == 0) return 0;
+  int slots = options.prefetch_depth + 1;
+  if (options.max_live_bytes > 0) {
+    const size_t slot_bytes = layout.max_unit_segment_numel() * dtype_size(options.param_dtype);
+    slots = static_cast<int>(std::min<size_t>(slots, options.max_live_bytes / slot_bytes));
+  }
+  return std::max(slots, 1);
+}
+
+BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
+  BufferPlan plan;
+  const int stage = options.stage;
+  const bool f32_reduce = options.reduce_dtype == ZRT_F32;
+  plan.frozen = layout.frozen_numel();
+  plan.master = layout.shard_numel();
+  plan.optimizer_slots = options.optimizer_slots;
+  plan.grad_window = layout.max_unit_trainable_numel();
+  const bool full_grads = stage <= 1 || options.no_sync_accumulation;
+  if (full_grads) plan.full_grads = layout.padded_numel();
+  if (stage <= 2) {
+    plan.full_params = layout.padded_numel();
+  } else {
+    plan.param_shard = layout.shard_numel();
+    if (layout.persistent_segment() >= 0) {
+      plan.full_params = layout.segments()[layout.persistent_segment()].numel;
+    }
+    plan.window_slots = window_slots(options, layout);
+    plan.window_slot_numel = layout.max_unit_segment_numel();
+  }
+  if (stage >= 2) plan.grad_shard = layout.shard_numel();
+  if (!full_grads) {
+    plan.bucket_count = kBucketCount;
+    plan.bucket_numel = stage == 2 ? std::min(layout.bucket_numel(), layout.padded_numel())
+                                   : layout.max_unit_segment_numel();
+    if (plan.bucket_numel == 0) plan.bucket_count = 0;
+    if (stage == 3 && layout.persistent_segment() >= 0) {
+      plan.persistent_bucket = layout.segments()[layout.persistent_segment()].numel;
+    }
+  }
+  // The optimizer sees one contiguous f32 gradient shard: stage 0 hands it the full gradient
+  // and stages 2/3 the gradient shard when they are f32; stage 1's owned slices are spread over
+  // the full gradient buffer, so they are always gathered into a copy.
+  if (stage == 1 || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
+  return plan;
+}
+
+double zero_model_state_bytes(const PartitionOptions& options, int ranks, double elements,
+                              const Layout& layout) {
+  const double p = static_cast<double>(dtype_size(options.param_dtype));
+  const double g = static_cast<double>(dtype_size(options.reduce_dtype));
+  const double m = 4.0 * (1.0 + options.optimizer_slots);  // master + state, f32
+  const double n = options.stage == 0 ? 1.0 : static_cast<double>(ranks);
+  double bytes = 0;
+  switch (options.stage) {
+    case 0:
+      bytes = elements * (p + g + m);
+      break;
+    case 1:
+      bytes = elements * (p + g) + elements * m / n;
+      break;
+    case 2:
+      bytes = elements * p + elements * (g + m) / n;
+      break;
+    default:
+      bytes = elements * (p + g + m) / n;
+      break;
+  }
+  bytes += static_cast<double>(layout.frozen_numel()) * p;
+  if (options.stage == 3) bytes += static_cast<double>(layout.persistent_numel()) * p;
+  if (options.stage >= 2 && options.no_sync_accumulation) bytes += elements * g;
+  return bytes;
+}
+
+MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layout) {
+  const BufferPlan plan = plan_buffers(options, layout);
+  const uint64_t p = dtype_size(options.param_dtype);
+  const uint64_t g = dtype_size(options.reduce_dtype);
+  MemoryFigures f;
+  f.full_params = (plan.full_params + plan.frozen) * p;
+  f.param_shard = plan.param_shard * p;
+  f.gradients = plan.full_grads * g;
+  f.grad_shard = plan.grad_shard * g;
+  f.master = plan.master * 4;
+  f.optimizer_state = plan.master * 4 * static_cast<uint64_t>(plan.optimizer_slots);
+  f.buckets =
+      (static_cast<uint64_t>(plan.bucket_count) * plan.bucket_numel + plan.persistent_bucket) * g;
+  f.gather_window = static_cast<uint64_t>(plan.window_slots) * plan.window_slot_numel * p;
+  f.grad_staging = plan.grad_window * p + plan.optimizer_grad * 4;
+  f.model_state =
+      f.full_params + f.param_shard + f.gradients + f.grad_shard + f.master + f.optimizer_state;
+  f.total = f.model_state + f.buckets + f.gather_window + f.grad_staging;
+  // The persistent segment's padding is not a trainable element: count the formula's Q from
+  // the unpadded persistent parameters, and its padding goes with the other padding.
+  f.theoretical_model_state = zero_model_state_bytes(
+      options, layout.ranks(), static_cast<double>(layout.trainable_numel()), layout);
+  f.parameters = layout.trainable_numel();
+  f.padded_parameters = layout.padded_numel();
+  return f;
+}
+
+Status compute_memory_figures(const PartitionOptions& options, int ranks,
+                              const std::vector<UnitSpec>& units,
+                              const std::vector<ParamSpec>& params, MemoryFigures* figures) {
+  Layout layout;
+  ZRT_RETURN_IF_ERROR(Layout::build(options, ranks, units, params, &layout));
+  *figures = memory_figures(options, layout);
+  return Status::ok();
+}
+
+void memory_figures_to_c(const MemoryFigures& f, zrt_partition_memory_t* out) {
+  out->full_params = f.full_params;
+  out->param_shard = f.param_shard;
+  out->gradients = f.gradients;
+  out->grad_shard = f.grad_shard;
+  out->master = f.master;
+  out->optimizer_state = f.optimizer_state;
+  out->buckets = f.buckets;
+  out->gather_window = f.gather_window;
+  out->grad_staging = f.grad_staging;
+  out->model_state = f.model_state;
+  out->total = f.total;
+  out->theoretical_model_state = f.theoretical_model_state;
+  out->parameters = f.parameters;
+  out->padded_parameters = f.padded_parameters;
+}
+
+}  // namespace zrt

@@ -1,0 +1,130 @@
+// The memory model against the ZeRO formulas: the model-state bytes equal the formula for the
+// padded element count exactly, the unpadded figure is the textbook one (16P; 4P + 12P/N;
+// 2P + 14P/N; 16P/N for f16 and Adam), and constant buffers do not grow with the model.
+#include "lib/partition/memory_model.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace zrt {
+namespace {
+
+void make_model(int units, size_t unit_numel, std::vector<UnitSpec>* u, std::vector<ParamSpec>* p) {
+  for (int i = 0; i < units; ++i) {
+    u->push_back({"layer"});
+    p->push_back({"w", unit_numel - 1000 - static_cast<size_t>(i % 3), i, 0});
+    p->push_back({"b", 1000, i, 0});
+  }
+}
+
+// The textbook formula in bytes per element, f16 params/grads, Adam.
+double textbook(int stage, int n, double elements) {
+  switch (stage) {
+    case 0:
+      return 16 * elements;
+    case 1:
+      return 4 * elements + 12 * elements / n;
+    case 2:
+      return 2 * elements + 14 * elements / n;
+    default:
+      return 16 * elements / n;
+  }
+}
+
+TEST(PartitionMemoryModel, ModelStateIsTheFormulaPlusPaddingExactly) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  make_model(7, 30011, &units, &params);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (int n : {1, 2, 3, 4, 8}) {
+      PartitionOptions o;
+      o.stage = stage;
+      o.param_dtype = ZRT_F16;
+      o.reduce_dtype = ZRT_F16;
+      o.persistence_threshold = 0;
+      o.bucket_bytes = 64 << 10;
+      MemoryFigures f;
+      ASSERT_TRUE(compute_memory_figures(o, n, units, params, &f).is_ok());
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << " N " << n);
+      const double p = static_cast<double>(f.parameters);
+      const double t = static_cast<double>(f.padded_parameters);
+      EXPECT_DOUBLE_EQ(f.theoretical_model_state, textbook(stage, n, p));
+      EXPECT_DOUBLE_EQ(static_cast<double>(f.model_state), textbook(stage, n, t));
+      EXPECT_GE(t, p);
+      // Padding: at most one granule per segment.
+      const int shards = stage == 0 ? 1 : n;
+      const size_t segments = stage == 3 ? 7 : (f.padded_parameters * 2 / (64 << 10) + 1);
+      EXPECT_LT(t - p, static_cast<double>(segments * shards * o.alignment));
+    }
+  }
+}
+
+TEST(PartitionMemoryModel, GeneralisedToDtypesAndSlots) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  make_model(3, 4096, &units, &params);
+  PartitionOptions o;
+  o.stage = 2;
+  o.param_dtype = ZRT_BF16;
+  o.reduce_dtype = ZRT_F32;
+  o.optimizer_slots = 1;  // momentum SGD
+  o.alignment = 1;
+  MemoryFigures f;
+  ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &f).is_ok());
+  const double p = static_cast<double>(f.parameters);
+  EXPECT_DOUBLE_EQ(f.theoretical_model_state, 2 * p + (4 + 4 + 4) * p / 4);
+  EXPECT_EQ(f.grad_staging, 4096u * 2);  // reduced f32 shard is handed over as is
+}
+
+TEST(PartitionMemoryModel, ConstantBuffersDoNotGrowWithTheModel) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    PartitionOptions o;
+    o.stage = stage;
+    o.param_dtype = ZRT_BF16;
+    o.reduce_dtype = ZRT_F32;  // a 16-bit reduce dtype adds an f32 shard copy (model-sized)
+    o.persistence_threshold = 0;
+    o.bucket_bytes = 256 << 10;
+    std::vector<UnitSpec> small_units, big_units;
+    std::vector<ParamSpec> small_params, big_params;
+    make_model(4, 100000, &small_units, &small_params);
+    make_model(64, 100000, &big_units, &big_params);
+    MemoryFigures small, big;
+    ASSERT_TRUE(compute_memory_figures(o, 4, small_units, small_params, &small).is_ok());
+    ASSERT_TRUE(compute_memory_figures(o, 4, big_units, big_params, &big).is_ok());
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    EXPECT_EQ(small.buckets, big.buckets);
+    EXPECT_EQ(small.gather_window, big.gather_window);
+    if (stage != 1) {
+      EXPECT_EQ(small.grad_staging, big.grad_staging);
+    }
+    EXPECT_GT(big.model_state, 10 * small.model_state);
+    if (stage == 2) {
+      EXPECT_EQ(small.buckets, uint64_t{kBucketCount} * (256 << 10));
+    }
+    if (stage == 3) {
+      EXPECT_EQ(small.gather_window, 2u * 100352 * 2);
+    }
+  }
+}
+
+TEST(PartitionMemoryModel, GatherWindowFollowsDepthAndLiveCap) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  make_model(8, 10240, &units, &params);
+  PartitionOptions o;
+  o.stage = 3;
+  o.persistence_threshold = 0;
+  o.alignment = 1;
+  o.prefetch_depth = 3;
+  Layout layout;
+  ASSERT_TRUE(Layout::build(o, 2, units, params, &layout).is_ok());
+  EXPECT_EQ(window_slots(o, layout), 4);
+  o.max_live_bytes = 2 * 10240 * 4;
+  EXPECT_EQ(window_slots(o, layout), 2);
+  o.max_live_bytes = 1;
+  EXPECT_EQ(window_slots(o, layout), 1);
+}
+
+}  // namespace
+}  // namespace zrt
