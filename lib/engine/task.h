@@ -14,6 +14,7 @@ namespace zrt {
 
 class Transport;
 class CommCounters;
+struct StreamResources;  // lib/engine/stream_resources.h
 
 // What a running task sees of its communicator.
 struct TaskContext {
@@ -25,6 +26,9 @@ struct TaskContext {
   // kTaskTagBits bits freely (e.g. step * chunks + chunk); it wraps safely because the transport
   // matches messages with equal tags from one peer in posting order.
   uint64_t tag_base;
+  // Per-stream resources the engine keeps for the task's stream (constant-size staging memory
+  // from transport.alloc_registered, the self-send mailbox). Owned by the engine.
+  StreamResources* resources = nullptr;
 };
 
 inline constexpr int kTaskTagBits = 16;
@@ -48,6 +52,18 @@ class Task {
   virtual uint64_t bytes_received() const = 0;
   // One line for logs and errors, e.g. "reduce_scatter(4194304 x f32, sum)".
   virtual std::string describe() const = 0;
+
+  // A counter that grows whenever the task advanced (an operation completed, a chunk was
+  // reduced). The engine's no-progress timeout watches it, and a change makes the engine call
+  // progress() again before sleeping. Tasks that keep 0 are timed from their start.
+  virtual uint64_t progress_count() const { return 0; }
+  // Point-to-point tasks name their peer: their tag_base then comes from a per-(stream, peer,
+  // direction) sequence instead of the stream's collective sequence, so that a send/recv pair
+  // does not shift the collective sequence of ranks that take no part in it. -1 = collective.
+  virtual int p2p_peer() const { return -1; }
+  virtual bool p2p_is_send() const { return false; }
+  // For timeout messages: the ranks the task still waits for, e.g. "ranks 2, 3" ("" = unknown).
+  virtual std::string waiting_on() const { return ""; }
 };
 
 }  // namespace zrt

@@ -1,0 +1,102 @@
+#include "collectives/coll_task.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace zrt {
+
+Status CollTask::start(TaskContext& context) {
+  phase_index_ = 0;
+  if (phase_count_ == 0) return Status::ok();
+  return phases_[0]->start(context, *this);
+}
+
+Status CollTask::progress(TaskContext& context, bool* done) {
+  while (phase_index_ < phase_count_) {
+    bool phase_done = false;
+    ZRT_RETURN_IF_ERROR(phases_[phase_index_]->progress(context, *this, &phase_done));
+    if (!phase_done) return Status::ok();
+    ++phase_index_;
+    ++marker_;
+    if (phase_index_ < phase_count_) {
+      ZRT_RETURN_IF_ERROR(phases_[phase_index_]->start(context, *this));
+    }
+  }
+  waiting_peer_ = -1;
+  *done = true;
+  return Status::ok();
+}
+
+std::string CollTask::waiting_on() const {
+  if (waiting_peer_ < 0) return "";
+  return fmt::format("rank {}", waiting_peer_);
+}
+
+Status CollTask::post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
+                           size_t bytes, PostedOp* op) {
+  op->completion = TransportCompletion{};
+  op->posted = true;
+  Status status = context.transport.send(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
+                                         &op->completion);
+  if (!status.is_ok()) {
+    op->posted = false;
+    return status.with_context(fmt::format("send of {} bytes to rank {}", bytes, peer));
+  }
+  if (peer != context.rank) bytes_sent_ += bytes;
+  return Status::ok();
+}
+
+Status CollTask::post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
+                           PostedOp* op) {
+  op->completion = TransportCompletion{};
+  op->posted = true;
+  Status status = context.transport.recv(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
+                                         &op->completion);
+  if (!status.is_ok()) {
+    op->posted = false;
+    return status.with_context(fmt::format("receive of {} bytes from rank {}", bytes, peer));
+  }
+  return Status::ok();
+}
+
+Status CollTask::collect(PostedOp* op, int peer, bool is_send, size_t expected_bytes) {
+  if (!op->finished()) return Status::ok();
+  op->posted = false;
+  if (!op->completion.status.is_ok()) {
+    return op->completion.status.with_context(
+        fmt::format("{} rank {}", is_send ? "send to" : "receive from", peer));
+  }
+  if (!is_send) {
+    if (op->completion.bytes != expected_bytes) {
+      return Status::error(ZRT_REMOTE_ERROR,
+                           "receive from rank {}: got {} bytes, expected {} (mismatched "
+                           "collective arguments across ranks?)",
+                           peer, op->completion.bytes, expected_bytes);
+    }
+    if (peer != -1) bytes_received_ += expected_bytes;
+  }
+  ++marker_;
+  return Status::ok();
+}
+
+void reduce_chunk(const ReduceSpec& spec, const void* a, double a_scale, const void* b,
+                  double b_scale, void* out, size_t count) {
+  if (count == 0) return;
+  if (spec.op != ReduceOp::kSum) {
+    a_scale = 1.0;
+    b_scale = 1.0;
+  }
+  reduce_elements(spec.dtype, spec.op, a, b, out, count, a_scale, b_scale);
+}
+
+void copy_scaled(const ReduceSpec& spec, const void* in, void* out, size_t count) {
+  if (count == 0) return;
+  if (spec.op == ReduceOp::kSum && spec.scale != 1.0) {
+    scale_elements(spec.dtype, in, out, count, spec.scale);
+  } else if (in != out) {
+    std::memcpy(out, in, count * spec.element_size);
+  }
+}
+
+}  // namespace zrt

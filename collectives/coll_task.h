@@ -1,0 +1,117 @@
+// CollTask: the Task every host collective runs as. A collective is a short sequence of phases
+// (all-reduce = ring reduce-scatter, then ring all-gather); each phase is a non-blocking state
+// machine that posts transport operations and advances when they complete. CollTask runs the
+// phases in order and keeps what the engine reads: kind, byte counts, a progress marker and the
+// peers still waited for.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collectives/reduce/reduce_kernels.h"
+#include "lib/engine/stream_resources.h"
+#include "lib/engine/task.h"
+#include "transports/transport.h"
+
+namespace zrt {
+
+class CollTask;
+
+// One posted transport operation.
+struct PostedOp {
+  TransportCompletion completion;
+  bool posted = false;
+  bool busy() const { return posted && !completion.done; }
+  bool finished() const { return posted && completion.done; }
+};
+
+// How elements combine: the kernel op and the pre-multiplication (1.0 = none; 1/N for ZRT_AVG).
+struct ReduceSpec {
+  zrt_dtype_t dtype = ZRT_F32;
+  size_t element_size = 4;
+  ReduceOp op = ReduceOp::kSum;
+  double scale = 1.0;
+};
+
+// N blocks of a buffer as even as possible: block b has base + (b < extra) elements.
+struct BlockLayout {
+  size_t base = 0;
+  size_t extra = 0;
+  size_t offset(int block) const {
+    const size_t b = static_cast<size_t>(block);
+    return b * base + (b < extra ? b : extra);
+  }
+  size_t length(int block) const { return base + (static_cast<size_t>(block) < extra ? 1 : 0); }
+  size_t max_length() const { return base + (extra > 0 ? 1 : 0); }
+};
+
+class Phase {
+ public:
+  virtual ~Phase() = default;
+  virtual Status start(TaskContext& context, CollTask& task) = 0;
+  virtual Status progress(TaskContext& context, CollTask& task, bool* done) = 0;
+};
+
+class CollTask final : public Task {
+ public:
+  CollTask(zrt_coll_kind_t kind, std::string description, int p2p_peer = -1, bool is_send = false)
+      : kind_(kind),
+        description_(std::move(description)),
+        p2p_peer_(p2p_peer),
+        p2p_is_send_(is_send) {}
+
+  void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
+  void set_local() { local_ = true; }
+
+  Status start(TaskContext& context) override;
+  Status progress(TaskContext& context, bool* done) override;
+  bool communicates() const override { return !local_; }
+  zrt_coll_kind_t kind() const override { return kind_; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+  uint64_t bytes_received() const override { return bytes_received_; }
+  std::string describe() const override { return description_; }
+  uint64_t progress_count() const override { return marker_; }
+  int p2p_peer() const override { return local_ ? -1 : p2p_peer_; }
+  bool p2p_is_send() const override { return p2p_is_send_; }
+  std::string waiting_on() const override;
+
+  // For phases.
+  Status post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer, size_t bytes,
+                   PostedOp* op);
+  Status post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
+                   PostedOp* op);
+  // The error of a finished op (naming the peer), else ok; counts received bytes once.
+  Status collect(PostedOp* op, int peer, bool is_send, size_t expected_bytes);
+  void advanced() { ++marker_; }
+  void note_waiting(int peer) { waiting_peer_ = peer; }
+  void add_received(uint64_t bytes) { bytes_received_ += bytes; }
+
+ private:
+  zrt_coll_kind_t kind_;
+  std::string description_;
+  int p2p_peer_;
+  bool p2p_is_send_;
+  bool local_ = false;
+  std::array<std::unique_ptr<Phase>, 2> phases_;
+  int phase_count_ = 0;
+  int phase_index_ = 0;
+  uint64_t bytes_sent_ = 0;
+  uint64_t bytes_received_ = 0;
+  uint64_t marker_ = 0;
+  int waiting_peer_ = -1;
+};
+
+// Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0.
+void reduce_chunk(const ReduceSpec& spec, const void* a, double a_scale, const void* b,
+                  double b_scale, void* out, size_t count);
+// out = scale * in (a copy when scale is 1 or the op is not a sum); count may be 0.
+void copy_scaled(const ReduceSpec& spec, const void* in, void* out, size_t count);
+
+inline int ring_mod(int value, int size) {
+  return ((value % size) + size) % size;
+}
+
+}  // namespace zrt

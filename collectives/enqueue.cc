@@ -1,0 +1,288 @@
+// enqueue_collective: argument checks (every message names the argument), the choice of
+// algorithm, and the task that runs it.
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "collectives/algorithm.h"
+#include "collectives/barrier.h"
+#include "collectives/broadcast_chain.h"
+#include "collectives/coll_task.h"
+#include "collectives/collectives.h"
+#include "collectives/direct_all_reduce.h"
+#include "collectives/local_copy.h"
+#include "collectives/point_to_point.h"
+#include "collectives/reduce_chain.h"
+#include "collectives/ring_all_gather.h"
+#include "collectives/ring_reduce_scatter.h"
+#include "lib/core/dtype.h"
+#include "lib/core/log.h"
+#include "lib/engine/engine.h"
+#include "lib/engine/stream_resources.h"
+
+namespace zrt {
+namespace {
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+Status check_layout(const char* name, const void* send, size_t send_bytes, const void* recv,
+                    size_t recv_bytes, const void* in_place_send) {
+  if (send == in_place_send) return Status::ok();
+  if (overlaps(send, send_bytes, recv, recv_bytes)) {
+    return Status::invalid_argument(
+        "{}: sendbuf and recvbuf overlap but are not the in-place layout (see zrt.h)", name);
+  }
+  return Status::ok();
+}
+
+Status reduce_spec(const CollectiveArgs& args, int size, const char* name, ReduceSpec* spec) {
+  spec->dtype = args.dtype;
+  spec->element_size = dtype_size(args.dtype);
+  spec->scale = 1.0;
+  if (args.premul) {
+    if (!dtype_is_floating(args.dtype)) {
+      return Status::invalid_argument("{}: op (premul_sum) needs a floating dtype, got {}", name,
+                                      dtype_name(args.dtype));
+    }
+    spec->op = ReduceOp::kSum;
+    spec->scale = args.premul_scale;
+    return Status::ok();
+  }
+  switch (args.op) {
+    case ZRT_SUM:
+      spec->op = ReduceOp::kSum;
+      break;
+    case ZRT_AVG:
+      if (!dtype_is_floating(args.dtype)) {
+        return Status::invalid_argument(
+            "{}: op avg is defined for floating dtypes only, got {} (use sum and divide)", name,
+            dtype_name(args.dtype));
+      }
+      spec->op = ReduceOp::kSum;
+      spec->scale = 1.0 / size;
+      break;
+    case ZRT_MIN:
+      spec->op = ReduceOp::kMin;
+      break;
+    case ZRT_MAX:
+      spec->op = ReduceOp::kMax;
+      break;
+    case ZRT_PROD:
+      spec->op = ReduceOp::kProd;
+      break;
+    default:
+      return Status::invalid_argument("{}: op {} is not a zrt_op_t of this communicator", name,
+                                      static_cast<int>(args.op));
+  }
+  return Status::ok();
+}
+
+std::string describe(const CollectiveArgs& args, const char* name) {
+  switch (args.kind) {
+    case ZRT_COLL_ALL_GATHER:
+      return fmt::format("{}({} x {})", name, args.count, dtype_name(args.dtype));
+    case ZRT_COLL_BROADCAST:
+      return fmt::format("{}({} x {}, root {})", name, args.count, dtype_name(args.dtype),
+                         args.root);
+    case ZRT_COLL_REDUCE:
+      return fmt::format("{}({} x {}, {}, root {})", name, args.count, dtype_name(args.dtype),
+                         args.premul ? "premul_sum" : op_name(args.op), args.root);
+    case ZRT_COLL_BARRIER:
+      return "barrier";
+    case ZRT_COLL_SEND:
+    case ZRT_COLL_RECV:
+      return fmt::format("{}({} x {}, peer {})", name, args.count, dtype_name(args.dtype),
+                         args.peer);
+    default:
+      return fmt::format("{}({} x {}, {})", name, args.count, dtype_name(args.dtype),
+                         args.premul ? "premul_sum" : op_name(args.op));
+  }
+}
+
+}  // namespace
+
+Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveArgs& args) {
+  if (args.kind < 0 || args.kind >= ZRT_COLL_KIND_COUNT) {
+    return Status::invalid_argument("collective kind {} is unknown", static_cast<int>(args.kind));
+  }
+  const char* name = coll_kind_name(args.kind);
+  if (size < 1 || rank < 0 || rank >= size) {
+    return Status::invalid_argument("{}: rank {} out of range for size {}", name, rank, size);
+  }
+  const bool is_barrier = args.kind == ZRT_COLL_BARRIER;
+  if (!is_barrier) ZRT_RETURN_IF_ERROR(check_dtype(args.dtype, "dtype").with_context(name));
+  const size_t esize = is_barrier ? 1 : dtype_size(args.dtype);
+  const size_t bytes = args.count * esize;
+  const size_t n = static_cast<size_t>(size);
+  if (!is_barrier && args.count > SIZE_MAX / esize / n) {
+    return Status::invalid_argument("{}: count {} is too large", name, args.count);
+  }
+  const bool rooted = args.kind == ZRT_COLL_BROADCAST || args.kind == ZRT_COLL_REDUCE;
+  if (rooted && (args.root < 0 || args.root >= size)) {
+    return Status::invalid_argument("{}: root {} is out of range for size {}", name, args.root,
+                                    size);
+  }
+  const bool p2p = args.kind == ZRT_COLL_SEND || args.kind == ZRT_COLL_RECV;
+  if (p2p && (args.peer < 0 || args.peer >= size)) {
+    return Status::invalid_argument("{}: peer {} is out of range for size {}", name, args.peer,
+                                    size);
+  }
+  const bool reduces = args.kind == ZRT_COLL_ALL_REDUCE || args.kind == ZRT_COLL_REDUCE_SCATTER ||
+                       args.kind == ZRT_COLL_REDUCE;
+  ReduceSpec spec;
+  spec.dtype = args.dtype;
+  spec.element_size = esize;
+  if (reduces) ZRT_RETURN_IF_ERROR(reduce_spec(args, size, name, &spec));
+
+  // Which buffers this rank reads and writes, and their sizes.
+  size_t send_bytes = 0, recv_bytes = 0;
+  bool need_send = false, need_recv = false;
+  const void* in_place_send = args.recvbuf;
+  switch (args.kind) {
+    case ZRT_COLL_ALL_REDUCE:
+      send_bytes = recv_bytes = bytes;
+      need_send = need_recv = true;
+      break;
+    case ZRT_COLL_REDUCE_SCATTER:
+      send_bytes = bytes * n;
+      recv_bytes = bytes;
+      need_send = need_recv = true;
+      in_place_send = nullptr;  // checked below: recvbuf == sendbuf + rank * count
+      break;
+    case ZRT_COLL_ALL_GATHER:
+      send_bytes = bytes;
+      recv_bytes = bytes * n;
+      need_send = need_recv = true;
+      in_place_send =
+          args.recvbuf == nullptr ? nullptr : static_cast<const char*>(args.recvbuf) + rank * bytes;
+      break;
+    case ZRT_COLL_BROADCAST:
+      send_bytes = args.root == rank ? bytes : 0;
+      recv_bytes = bytes;
+      need_send = args.root == rank;
+      need_recv = true;
+      break;
+    case ZRT_COLL_REDUCE:
+      send_bytes = bytes;
+      recv_bytes = args.root == rank ? bytes : 0;
+      need_send = true;
+      need_recv = args.root == rank;
+      break;
+    case ZRT_COLL_SEND:
+      send_bytes = bytes;
+      need_send = true;
+      break;
+    case ZRT_COLL_RECV:
+      recv_bytes = bytes;
+      need_recv = true;
+      break;
+    default:
+      break;
+  }
+  if (args.count > 0 && need_send && args.sendbuf == nullptr) {
+    return Status::invalid_argument("{}: sendbuf is NULL with count {}", name, args.count);
+  }
+  if (args.count > 0 && need_recv && args.recvbuf == nullptr) {
+    return Status::invalid_argument("{}: recvbuf is NULL with count {}", name, args.count);
+  }
+  if (need_send && need_recv) {
+    if (args.kind == ZRT_COLL_REDUCE_SCATTER) {
+      const void* in_place_recv =
+          args.sendbuf == nullptr ? nullptr : static_cast<const char*>(args.sendbuf) + rank * bytes;
+      if (args.recvbuf != in_place_recv &&
+          overlaps(args.sendbuf, send_bytes, args.recvbuf, recv_bytes)) {
+        return Status::invalid_argument(
+            "{}: sendbuf and recvbuf overlap but recvbuf != sendbuf + rank * recvcount", name);
+      }
+    } else {
+      ZRT_RETURN_IF_ERROR(
+          check_layout(name, args.sendbuf, send_bytes, args.recvbuf, recv_bytes, in_place_send));
+    }
+  }
+
+  if (stream.mem_kind() != ZRT_MEM_HOST) {
+    return stream.enqueue_device_collectives(rank, size, &args, 1);
+  }
+
+  auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,
+                                         args.kind == ZRT_COLL_SEND);
+  const void* send = args.sendbuf;
+  void* recv = args.recvbuf;
+  if (p2p) {
+    if (args.peer == rank) task->set_local();
+    if (args.kind == ZRT_COLL_SEND) {
+      task->add_phase(std::make_unique<SendPhase>(send, bytes, args.peer));
+    } else {
+      task->add_phase(std::make_unique<RecvPhase>(recv, bytes, args.peer));
+    }
+    return stream.enqueue(std::move(task));
+  }
+  if (size == 1) {
+    task->set_local();
+    switch (args.kind) {
+      case ZRT_COLL_ALL_REDUCE:
+      case ZRT_COLL_REDUCE_SCATTER:
+      case ZRT_COLL_REDUCE:
+        task->add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
+        break;
+      case ZRT_COLL_ALL_GATHER:
+      case ZRT_COLL_BROADCAST:
+        task->add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
+        break;
+      default:
+        break;  // barrier of one
+    }
+    return stream.enqueue(std::move(task));
+  }
+
+  switch (args.kind) {
+    case ZRT_COLL_ALL_REDUCE: {
+      AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+      ZRT_RETURN_IF_ERROR(algorithm_from_env(&algorithm).with_context(name));
+      if (algorithm == AllReduceAlgorithm::kAuto) {
+        algorithm = bytes <= kDirectAllReduceMaxBytes && bytes * n <= kStreamScratchBytes
+                        ? AllReduceAlgorithm::kDirect
+                        : AllReduceAlgorithm::kRing;
+      }
+      ZRT_LOG_DEBUG("all_reduce of {} bytes on {} ranks: {} algorithm", bytes, size,
+                    algorithm == AllReduceAlgorithm::kDirect ? "direct" : "ring");
+      if (algorithm == AllReduceAlgorithm::kDirect) {
+        task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
+      } else {
+        BlockLayout layout{args.count / n, args.count % n};
+        char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
+        task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
+        const uint32_t after = RingReduceScatter::units(layout, size, esize);
+        task->add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
+      }
+      break;
+    }
+    case ZRT_COLL_REDUCE_SCATTER:
+      task->add_phase(
+          std::make_unique<RingReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
+      break;
+    case ZRT_COLL_ALL_GATHER:
+      task->add_phase(
+          std::make_unique<RingAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
+      break;
+    case ZRT_COLL_BROADCAST:
+      task->add_phase(std::make_unique<BroadcastChain>(send, recv, bytes, args.root));
+      break;
+    case ZRT_COLL_REDUCE:
+      task->add_phase(std::make_unique<ReduceChain>(send, recv, args.count, spec, args.root));
+      break;
+    case ZRT_COLL_BARRIER:
+      task->add_phase(std::make_unique<DisseminationBarrier>());
+      break;
+    default:
+      return Status(ZRT_INTERNAL_ERROR, "unhandled collective kind");
+  }
+  return stream.enqueue(std::move(task));
+}
+
+}  // namespace zrt

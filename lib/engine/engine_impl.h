@@ -1,0 +1,141 @@
+// The progress engine's concrete classes (engine.h is the contract). One mutex, mu_, guards
+// every stream's queue and counters and every event; the progress thread runs tasks without it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "lib/engine/engine.h"
+#include "lib/engine/stream_resources.h"
+
+namespace zrt {
+
+class EngineImpl;
+
+// Tag layout (kTagBits = 44): bit 43 set for point-to-point; bits 33..42 the stream index
+// (mod 1024); bits 16..32 the sequence number (mod 2^17); bits 0..15 the task's own.
+inline constexpr int kStreamIndexBits = 10;
+inline constexpr int kSequenceBits = 17;
+inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
+uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
+
+class StreamImpl final : public Stream {
+ public:
+  StreamImpl(EngineImpl& engine, int index, zrt_mem_kind_t kind)
+      : engine_(engine), index_(index), kind_(kind) {}
+
+  Status enqueue(std::unique_ptr<Task> task) override;
+  Status enqueue_host_function(std::function<Status()> function, const char* name) override;
+  Status synchronize() override;
+  Status query() override;
+  Status wait_event(Event& event) override;
+  int index() const override { return index_; }
+  zrt_mem_kind_t mem_kind() const override { return kind_; }
+  ProgressEngine& engine() override;
+
+  // Guarded by the engine's mu_.
+  std::deque<std::unique_ptr<Task>> queue_;
+  uint64_t enqueued_ = 0;   // tasks ever accepted
+  uint64_t completed_ = 0;  // tasks finished successfully, in order
+  bool failed_ = false;
+  Status error_;
+  bool destroyed_ = false;
+
+  // Progress thread only.
+  std::unique_ptr<Task> running_;
+  bool started_ = false;
+  uint64_t last_marker_ = 0;
+  uint64_t tag_base_ = 0;
+  std::chrono::steady_clock::time_point start_time_;
+  std::chrono::steady_clock::time_point last_advance_;
+  StreamResources resources_;
+
+ private:
+  EngineImpl& engine_;
+  const int index_;
+  const zrt_mem_kind_t kind_;
+};
+
+class EventImpl final : public Event {
+ public:
+  explicit EventImpl(EngineImpl& engine) : engine_(engine) {}
+  Status record(Stream& stream) override;
+  Status query() override;
+  Status synchronize() override;
+  ProgressEngine& engine() override;
+
+  // Guarded by the engine's mu_: the recorded point (stream, number of tasks before it).
+  std::shared_ptr<StreamImpl> stream_;
+  uint64_t ticket_ = 0;
+
+ private:
+  EngineImpl& engine_;
+};
+
+class EngineImpl final : public ProgressEngine {
+ public:
+  EngineImpl(Transport& transport, const EngineOptions& options);
+  ~EngineImpl() override;
+
+  Status init();  // creates the wake fd and starts the thread
+
+  Status create_stream(zrt_mem_kind_t kind, Stream** stream) override;
+  Status destroy_stream(Stream* stream) override;
+  Status create_event(Event** event) override;
+  Status destroy_event(Event* event) override;
+  void abort(const Status& reason) override;
+  Status error() const override;
+  CommCounters& counters() override { return counters_; }
+  Transport& transport() override { return transport_; }
+  const EngineOptions& options() const override { return options_; }
+  Status shutdown() override;
+
+  // For streams and events.
+  std::mutex& mutex() const { return mu_; }
+  std::condition_variable& done_cv() { return done_cv_; }
+  void wake();
+  std::shared_ptr<StreamImpl> shared_stream(StreamImpl* stream);
+  // Status of the point (stream, ticket) under mu_: ok, ZRT_IN_PROGRESS or the stream's error.
+  static Status point_status_locked(const StreamImpl& stream, uint64_t ticket);
+  // Blocks until point_status_locked(stream, ticket) is not ZRT_IN_PROGRESS.
+  Status wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_t ticket);
+  bool accepting_locked() const { return !stopping_; }
+
+ private:
+  void run();
+  void fail_engine(const Status& reason);  // any thread
+  void fail_stream_locked(StreamImpl& stream, const Status& reason);
+  void finish_task(StreamImpl& stream);   // progress thread
+  Status start_task(StreamImpl& stream);  // progress thread
+  bool check_timeouts(std::chrono::steady_clock::time_point now, int* sleep_ms);
+  void release_resources(StreamImpl& stream);  // progress thread
+
+  Transport& transport_;
+  const EngineOptions options_;
+  CommCounters counters_;
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::vector<std::shared_ptr<StreamImpl>> streams_;  // live streams, guarded by mu_
+  std::vector<std::shared_ptr<StreamImpl>> retired_;  // destroyed, resources to free (mu_)
+  std::vector<std::unique_ptr<EventImpl>> events_;    // guarded by mu_
+  int next_stream_index_ = 0;
+  uint64_t streams_version_ = 0;  // bumped when streams_ or retired_ change
+  bool failed_ = false;           // guarded by mu_
+  Status error_;                  // guarded by mu_
+  bool cancel_needed_ = false;
+  bool stopping_ = false;
+  bool thread_started_ = false;
+  bool shut_down_ = false;
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace zrt

@@ -1,0 +1,462 @@
+// The progress thread.
+//
+// One thread per communicator owns the transport once the engine is started. Each turn of its
+// loop (1) moves the head task of every idle stream into "running", (2) drives the transport
+// once, (3) starts or advances every running task, one per stream, so that the heads of
+// different streams overlap while each stream stays in order, and (4) when nothing moved (no
+// transport completion, no task progress marker changed, nothing started or finished), checks
+// the no-progress timeouts, arms the transport and sleeps in poll() on the transport's event fd
+// and the engine's wake eventfd. Submitters ring the eventfd after queuing, so a submission
+// racing with the sleep is never lost. Host threads waiting for a point of a stream block on a
+// condition variable that the thread notifies whenever a task finishes or a stream fails.
+//
+// Failures: a local task (host function, event wait) that fails fails only its stream. A
+// communicating task that fails, times out, or a transport health() error fails the engine:
+// the thread cancels every outstanding transport operation (so no completion written by the
+// transport can outlive its task), then drops every task; every stream keeps the first cause.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "lib/core/log.h"
+#include "lib/engine/engine_impl.h"
+#include "transports/transport.h"
+
+namespace zrt {
+
+uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence) {
+  const uint64_t stream_bits = static_cast<uint64_t>(stream_index) & (kMaxLiveStreams - 1);
+  const uint64_t sequence_bits = sequence & ((uint64_t{1} << kSequenceBits) - 1);
+  uint64_t tag = (stream_bits << (kTaskTagBits + kSequenceBits)) | (sequence_bits << kTaskTagBits);
+  if (p2p) tag |= uint64_t{1} << (kTagBits - 1);
+  return tag;
+}
+
+EngineImpl::EngineImpl(Transport& transport, const EngineOptions& options)
+    : transport_(transport), options_(options) {}
+
+EngineImpl::~EngineImpl() {
+  (void)shutdown();
+}
+
+Status EngineImpl::init() {
+  if (options_.size < 1 || options_.rank < 0 || options_.rank >= options_.size) {
+    return Status::invalid_argument("engine: rank {} is out of range for size {}", options_.rank,
+                                    options_.size);
+  }
+  if (options_.timeout_ms <= 0) {
+    return Status::invalid_argument("engine: timeout_ms must be positive (got {})",
+                                    options_.timeout_ms);
+  }
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Status::system_error("engine: eventfd", errno);
+  thread_ = std::thread([this] { run(); });
+  thread_started_ = true;
+  return Status::ok();
+}
+
+void EngineImpl::wake() {
+  const uint64_t one = 1;
+  // EAGAIN means the counter is already non-zero: the thread will wake anyway.
+  ssize_t written = ::write(wake_fd_, &one, sizeof(one));
+  (void)written;
+}
+
+Status EngineImpl::create_stream(zrt_mem_kind_t kind, Stream** stream) {
+  if (stream == nullptr) return Status::invalid_argument("create_stream: stream is NULL");
+  if (kind != ZRT_MEM_HOST) {
+    if (kind == ZRT_MEM_CUDA) {
+      return Status(ZRT_UNSUPPORTED,
+                    "create_stream: memory kind cuda is not served by the host progress engine "
+                    "(this build has no CUDA stream support)");
+    }
+    return Status::invalid_argument("create_stream: unknown memory kind {}",
+                                    static_cast<int>(kind));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return Status::invalid_usage("create_stream: the progress engine was shut down");
+  const int index = next_stream_index_;
+  for (const auto& live : streams_) {
+    if ((live->index() & (kMaxLiveStreams - 1)) == (index & (kMaxLiveStreams - 1))) {
+      return Status::invalid_usage("create_stream: more than {} live streams", kMaxLiveStreams);
+    }
+  }
+  auto created = std::make_shared<StreamImpl>(*this, index, kind);
+  if (failed_) {
+    created->failed_ = true;
+    created->error_ = error_;
+  }
+  ++next_stream_index_;
+  streams_.push_back(created);
+  ++streams_version_;
+  *stream = created.get();
+  return Status::ok();
+}
+
+std::shared_ptr<StreamImpl> EngineImpl::shared_stream(StreamImpl* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& live : streams_) {
+    if (live.get() == stream) return live;
+  }
+  return nullptr;
+}
+
+Status EngineImpl::destroy_stream(Stream* stream) {
+  auto* impl = dynamic_cast<StreamImpl*>(stream);
+  if (impl == nullptr || &impl->engine() != this) {
+    return Status::invalid_argument("destroy_stream: the stream belongs to another engine");
+  }
+  std::shared_ptr<StreamImpl> shared = shared_stream(impl);
+  if (shared == nullptr)
+    return Status::invalid_argument("destroy_stream: stream already destroyed");
+  Status status = shared->synchronize();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shared->destroyed_ = true;
+    shared->queue_.clear();
+    streams_.erase(std::remove(streams_.begin(), streams_.end(), shared), streams_.end());
+    retired_.push_back(shared);
+    ++streams_version_;
+  }
+  wake();
+  return status;
+}
+
+Status EngineImpl::create_event(Event** event) {
+  if (event == nullptr) return Status::invalid_argument("create_event: event is NULL");
+  auto created = std::make_unique<EventImpl>(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  *event = created.get();
+  events_.push_back(std::move(created));
+  return Status::ok();
+}
+
+Status EngineImpl::destroy_event(Event* event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find_if(events_.begin(), events_.end(),
+                         [event](const auto& owned) { return owned.get() == event; });
+  if (it == events_.end()) return Status::invalid_argument("destroy_event: unknown event");
+  events_.erase(it);
+  return Status::ok();
+}
+
+Status EngineImpl::point_status_locked(const StreamImpl& stream, uint64_t ticket) {
+  if (stream.completed_ >= ticket) {
+    // Reached before any failure; a failure afterwards is still the stream's sticky error.
+    if (stream.failed_) return stream.error_;
+    return Status::ok();
+  }
+  if (stream.failed_) return stream.error_;
+  return Status(ZRT_IN_PROGRESS, fmt::format("stream {} has work in progress", stream.index()));
+}
+
+Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_t ticket) {
+  if (stream == nullptr) return Status::ok();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    Status status = point_status_locked(*stream, ticket);
+    if (status.code() != ZRT_IN_PROGRESS) return status;
+    // Bounded sleeps: progress is guaranteed by the tasks' own no-progress timeouts; the bound
+    // only keeps a lost notification from stalling a waiter for long.
+    done_cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+void EngineImpl::fail_stream_locked(StreamImpl& stream, const Status& reason) {
+  if (!stream.failed_) {
+    stream.failed_ = true;
+    stream.error_ = reason;
+  }
+  stream.queue_.clear();
+}
+
+void EngineImpl::fail_engine(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_) return;
+    failed_ = true;
+    error_ = reason;
+    cancel_needed_ = true;
+    for (const auto& stream : streams_) fail_stream_locked(*stream, reason);
+  }
+  ZRT_LOG_WARN("communicator failed: {}", reason.message());
+  done_cv_.notify_all();
+  wake();
+}
+
+void EngineImpl::abort(const Status& reason) {
+  fail_engine(reason);
+}
+
+Status EngineImpl::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_ ? error_ : Status::ok();
+}
+
+Status EngineImpl::start_task(StreamImpl& stream) {
+  Task& task = *stream.running_;
+  StreamResources& resources = stream.resources_;
+  stream.tag_base_ = 0;
+  if (task.communicates()) {
+    const int peer = task.p2p_peer();
+    if (peer >= 0) {
+      if (peer >= options_.size) {
+        return Status::invalid_argument("{}: peer {} >= size {}", task.describe(), peer,
+                                        options_.size);
+      }
+      if (resources.p2p_send_seq.empty()) {
+        resources.p2p_send_seq.assign(options_.size, 0);
+        resources.p2p_recv_seq.assign(options_.size, 0);
+      }
+      uint32_t& sequence =
+          task.p2p_is_send() ? resources.p2p_send_seq[peer] : resources.p2p_recv_seq[peer];
+      stream.tag_base_ = make_tag_base(true, stream.index(), sequence++);
+    } else {
+      stream.tag_base_ = make_tag_base(false, stream.index(), resources.collective_seq++);
+      if (resources.scratch == nullptr) {
+        void* scratch = nullptr;
+        ZRT_RETURN_IF_ERROR(
+            transport_.alloc_registered(kStreamScratchBytes, &scratch)
+                .with_context("staging memory of stream " + std::to_string(stream.index())));
+        resources.scratch = scratch;
+        resources.scratch_bytes = kStreamScratchBytes;
+      }
+    }
+  }
+  stream.start_time_ = std::chrono::steady_clock::now();
+  stream.last_advance_ = stream.start_time_;
+  stream.last_marker_ = task.progress_count();
+  stream.started_ = true;
+  TaskContext context{transport_, options_.rank, options_.size, stream.tag_base_, &resources};
+  return task.start(context);
+}
+
+void EngineImpl::finish_task(StreamImpl& stream) {
+  Task& task = *stream.running_;
+  const auto now = std::chrono::steady_clock::now();
+  const zrt_coll_kind_t kind = task.kind();
+  if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
+    const auto busy =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - stream.start_time_).count();
+    counters_.add(kind, task.bytes_sent(), task.bytes_received(), static_cast<uint64_t>(busy));
+  }
+  ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
+  stream.running_.reset();
+  stream.started_ = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stream.completed_;
+  }
+  done_cv_.notify_all();
+}
+
+void EngineImpl::release_resources(StreamImpl& stream) {
+  if (stream.resources_.scratch != nullptr) {
+    transport_.free_registered(stream.resources_.scratch);
+    stream.resources_.scratch = nullptr;
+    stream.resources_.scratch_bytes = 0;
+  }
+}
+
+// Fails the engine for a communicating task that made no progress for the timeout; otherwise
+// lowers *sleep_ms to the time left before the nearest deadline. Returns true if it failed.
+bool EngineImpl::check_timeouts(std::chrono::steady_clock::time_point now, int* sleep_ms) {
+  std::vector<std::shared_ptr<StreamImpl>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+  }
+  const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
+  for (const auto& stream : streams) {
+    if (stream->running_ == nullptr || !stream->started_ || !stream->running_->communicates()) {
+      continue;
+    }
+    const auto idle = now - stream->last_advance_;
+    if (idle >= timeout) {
+      const Task& task = *stream->running_;
+      std::string waiting = task.waiting_on();
+      fail_engine(Status::error(ZRT_TIMEOUT, "{} on stream {} made no progress for {} ms{}",
+                                task.describe(), stream->index(), options_.timeout_ms,
+                                waiting.empty() ? "" : "; waiting on " + waiting));
+      return true;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(timeout - idle);
+    *sleep_ms = std::min<int>(*sleep_ms, static_cast<int>(left.count()) + 1);
+  }
+  return false;
+}
+
+void EngineImpl::run() {
+  log_set_thread_rank(options_.rank);
+  std::vector<std::shared_ptr<StreamImpl>> active;
+  std::vector<std::shared_ptr<StreamImpl>> retired;
+  uint64_t seen_version = std::numeric_limits<uint64_t>::max();
+  for (;;) {
+    bool advanced = false;
+    bool cancel = false;
+    bool exit_now = false;
+    Status cancel_reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (seen_version != streams_version_) {
+        active = streams_;
+        retired.insert(retired.end(), retired_.begin(), retired_.end());
+        retired_.clear();
+        seen_version = streams_version_;
+      }
+      if (cancel_needed_) {
+        cancel = true;
+        cancel_needed_ = false;
+        cancel_reason = error_;
+      }
+      bool busy = false;
+      for (const auto& stream : active) {
+        if (stream->running_ == nullptr && !stream->failed_ && !stream->queue_.empty()) {
+          stream->running_ = std::move(stream->queue_.front());
+          stream->queue_.pop_front();
+          stream->started_ = false;
+          advanced = true;
+        }
+        if (stream->running_ != nullptr || !stream->queue_.empty()) busy = true;
+      }
+      if (stopping_ && (!busy || failed_) && !cancel) exit_now = true;
+    }
+    for (const auto& stream : retired) release_resources(*stream);
+    retired.clear();
+    if (cancel) {
+      transport_.cancel_all(cancel_reason);
+      for (const auto& stream : active) {
+        stream->running_.reset();
+        stream->started_ = false;
+      }
+      done_cv_.notify_all();
+      continue;
+    }
+    if (exit_now) break;
+
+    bool any_running = false;
+    for (const auto& stream : active) any_running |= stream->running_ != nullptr;
+    if (any_running && transport_.progress() > 0) advanced = true;
+
+    for (const auto& stream : active) {
+      if (stream->running_ == nullptr) continue;
+      Task& task = *stream->running_;
+      Status status;
+      bool done = false;
+      if (!stream->started_) {
+        status = start_task(*stream);
+        advanced = true;
+      }
+      if (status.is_ok()) {
+        TaskContext context{transport_, options_.rank, options_.size, stream->tag_base_,
+                            &stream->resources_};
+        status = task.progress(context, &done);
+      }
+      if (!status.is_ok()) {
+        Status failure =
+            status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
+        if (task.communicates()) {
+          fail_engine(failure);  // cancels the transport before any task is dropped
+        } else {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            fail_stream_locked(*stream, failure);
+          }
+          stream->running_.reset();
+          stream->started_ = false;
+          done_cv_.notify_all();
+        }
+        advanced = true;
+        continue;
+      }
+      const uint64_t marker = task.progress_count();
+      if (marker != stream->last_marker_) {
+        stream->last_marker_ = marker;
+        stream->last_advance_ = std::chrono::steady_clock::now();
+        advanced = true;
+      }
+      if (done) {
+        finish_task(*stream);
+        advanced = true;
+      }
+    }
+
+    Status health = transport_.health();
+    if (!health.is_ok()) {
+      fail_engine(health);
+      continue;
+    }
+    if (advanced) continue;
+
+    int sleep_ms = 1000;
+    if (check_timeouts(std::chrono::steady_clock::now(), &sleep_ms)) continue;
+    if (!transport_.arm()) continue;
+    pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, sleep_ms);
+    if (ready < 0 && errno != EINTR) {
+      fail_engine(Status::system_error("progress thread: poll", errno));
+      continue;
+    }
+    if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
+      uint64_t count = 0;
+      ssize_t got = ::read(wake_fd_, &count, sizeof(count));
+      (void)got;
+    }
+  }
+  for (const auto& stream : active) {
+    stream->running_.reset();
+    release_resources(*stream);
+  }
+  done_cv_.notify_all();
+}
+
+Status EngineImpl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return failed_ ? error_ : Status::ok();
+    shut_down_ = true;
+    stopping_ = true;
+  }
+  if (thread_started_) {
+    wake();
+    thread_.join();
+    thread_started_ = false;
+  }
+  // The thread is gone: this thread may touch the transport now.
+  std::vector<std::shared_ptr<StreamImpl>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+    streams.insert(streams.end(), retired_.begin(), retired_.end());
+    retired_.clear();
+    for (const auto& stream : streams_) {
+      if (!stream->queue_.empty()) {
+        fail_stream_locked(*stream, Status::invalid_usage("the progress engine was shut down"));
+      }
+    }
+  }
+  for (const auto& stream : streams) release_resources(*stream);
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+  done_cv_.notify_all();
+  return error();
+}
+
+Status create_progress_engine(Transport& transport, const EngineOptions& options,
+                              std::unique_ptr<ProgressEngine>* engine) {
+  if (engine == nullptr) return Status::invalid_argument("create_progress_engine: engine is NULL");
+  auto created = std::make_unique<EngineImpl>(transport, options);
+  ZRT_RETURN_IF_ERROR(created->init());
+  *engine = std::move(created);
+  return Status::ok();
+}
+
+}  // namespace zrt

@@ -1,0 +1,66 @@
+// Streams: FIFO queues of tasks. Submission takes the engine mutex and rings the wake fd; the
+// progress thread pops the head. Waiters block on the engine's condition variable.
+#include <fmt/format.h>
+
+#include "lib/engine/engine_impl.h"
+#include "lib/engine/local_tasks.h"
+
+namespace zrt {
+
+ProgressEngine& StreamImpl::engine() {
+  return engine_;
+}
+
+Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
+  if (task == nullptr) return Status::invalid_argument("stream {}: enqueue of a null task", index_);
+  {
+    std::lock_guard<std::mutex> lock(engine_.mutex());
+    if (failed_) return error_;
+    if (destroyed_) return Status::invalid_usage("stream {} is being destroyed", index_);
+    if (!engine_.accepting_locked()) {
+      return Status::invalid_usage("stream {}: the progress engine was shut down", index_);
+    }
+    queue_.push_back(std::move(task));
+    ++enqueued_;
+  }
+  engine_.wake();
+  return Status::ok();
+}
+
+Status StreamImpl::enqueue_host_function(std::function<Status()> function, const char* name) {
+  if (!function) return Status::invalid_argument("stream {}: host function is empty", index_);
+  return enqueue(std::make_unique<HostFunctionTask>(std::move(function), name));
+}
+
+Status StreamImpl::synchronize() {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(engine_.mutex());
+    ticket = enqueued_;
+  }
+  return engine_.wait_point(engine_.shared_stream(this), ticket);
+}
+
+Status StreamImpl::query() {
+  std::lock_guard<std::mutex> lock(engine_.mutex());
+  return EngineImpl::point_status_locked(*this, enqueued_);
+}
+
+Status StreamImpl::wait_event(Event& event) {
+  auto* impl = dynamic_cast<EventImpl*>(&event);
+  if (impl == nullptr || &impl->engine() != &engine_) {
+    return Status::invalid_argument("stream {}: the event is not a host event of this communicator",
+                                    index_);
+  }
+  std::shared_ptr<StreamImpl> source;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(engine_.mutex());
+    source = impl->stream_;
+    ticket = impl->ticket_;
+  }
+  if (source == nullptr) return Status::ok();  // never recorded: complete
+  return enqueue(std::make_unique<WaitPointTask>(engine_, std::move(source), ticket));
+}
+
+}  // namespace zrt
