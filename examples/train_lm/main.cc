@@ -1,0 +1,377 @@
+// train_lm: trains a small character-level language model with ZeRO sharding through zrt's C API
+// alone. The model, its kernels (OpenBLAS sgemm) and its optimizer (AdamW) are this program's
+// own, as they would be a framework's; zrt owns the flat sharded buffers and all communication.
+//
+//   zrt-run -n 2 train_lm --stage 3 --steps 40
+//
+// Per step it prints the loss and tokens/s; at the end each rank's zrt memory per category
+// beside the ZeRO formula, and bytes sent per step beside 2P(N-1)/N or 3P(N-1)/N. It exits
+// non-zero when the loss did not fall or a figure disagrees with its formula, so it doubles as
+// an end-to-end test.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "adamw.h"
+#include "corpus.h"
+#include "kernels.h"
+#include "model.h"
+#include "options.h"
+#include "zrt/zrt.h"
+
+namespace train_lm {
+namespace {
+
+#define CHECK_ZRT(call)                                                                  \
+  do {                                                                                   \
+    zrt_status_t status_ = (call);                                                       \
+    if (status_ != ZRT_SUCCESS) {                                                        \
+      std::fprintf(stderr, "train_lm: %s failed: %s: %s\n", #call,                       \
+                   zrt_status_string(status_), zrt_last_error());                        \
+      return 1;                                                                          \
+    }                                                                                    \
+  } while (0)
+
+struct Tensor {
+  int param = -1;  // zrt's parameter id
+  size_t numel = 0;
+  bool decay = false;
+};
+
+// What the optimizer callback needs: the AdamW settings and which parameters decay.
+struct OptimizerContext {
+  AdamWConfig adamw;
+  std::vector<bool> decay_of_param;
+};
+
+zrt_status_t adamw_callback(const zrt_optimizer_args_t* args, void* user_data) {
+  const auto* context = static_cast<const OptimizerContext*>(user_data);
+  // The shard is contiguous; pieces say which parameter each range belongs to, so weight decay
+  // applies to matrices only. Padding (not in any piece) has zero gradient and stays zero.
+  for (size_t i = 0; i < args->num_pieces; ++i) {
+    const zrt_shard_piece_t& piece = args->pieces[i];
+    const size_t at = piece.shard_offset;
+    adamw_update(context->adamw, static_cast<int>(args->step),
+                 context->decay_of_param[piece.param], args->master + at, args->grad + at,
+                 args->state[0] + at, args->state[1] + at, piece.count);
+  }
+  return ZRT_SUCCESS;
+}
+
+double bytes_of(zrt_dtype_t dtype) {
+  size_t bytes = 0;
+  zrt_dtype_size(dtype, &bytes);
+  return static_cast<double>(bytes);
+}
+
+std::string human_bytes(double bytes) {
+  char text[64];
+  if (bytes >= 1 << 20) {
+    std::snprintf(text, sizeof(text), "%.2f MiB", bytes / (1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024);
+  }
+  return text;
+}
+
+
+// The end-of-run figures: memory per category beside the ZeRO formula, bytes sent per step
+// beside 2P(N-1)/N or 3P(N-1)/N, and the loss trend. Returns the exit status.
+int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_partition_t pm,
+           int rank, int size,
+           size_t parameters, uint64_t bytes_per_step, const std::vector<double>& losses,
+           double seconds, const Model& model) {
+  zrt_partition_memory_t memory;
+  memory.size = sizeof(memory);
+  CHECK_ZRT(zrt_partition_memory(pm, &memory));
+  bool ok = true;
+
+  // Traffic: stages 0-2 reduce the gradients (reduce-scatter, or all-reduce at stage 0 which is
+  // a reduce-scatter plus an all-gather) and gather the parameters once: 2P(N-1)/N elements.
+  // Stage 3 gathers each unit for forward and for backward and reduce-scatters: 3P(N-1)/N, plus
+  // one more gather per recomputed unit. P counts padded elements (zrt pads each segment to
+  // N x alignment); the unpadded figure is the formula itself.
+  const double n = size;
+  const double param_bytes = bytes_of(options.dtype);
+  const double reduce_bytes = 4.0;  // reduce_dtype f32
+  auto traffic_for = [&](double p, double recomputed) {
+    const double share = (n - 1) / n;
+    const double micro = options.micro_batches;
+    const double syncs = options.no_sync ? 1 : micro;
+    if (options.stage <= 2) return share * p * (syncs * reduce_bytes + param_bytes);
+    return share * (p * (2 * micro * param_bytes + syncs * reduce_bytes) +
+                    recomputed * micro * param_bytes);
+  };
+  double recomputed = 0;  // parameters of units gathered a third time
+  if (options.checkpoint_activations) {
+    for (int u = 1; u + 1 < model.unit_count(); ++u) {
+      for (const TensorSpec& spec : model.unit_tensors(u)) recomputed += spec.numel;
+    }
+  }
+  const double padding = static_cast<double>(memory.padded_parameters) / memory.parameters;
+  const double traffic_formula = traffic_for(static_cast<double>(parameters), recomputed);
+  const double traffic_padded = traffic_for(static_cast<double>(memory.padded_parameters),
+                                            recomputed * padding);
+  const bool traffic_ok = size == 1 ? bytes_per_step == 0
+                                    : bytes_per_step + 0.5 >= traffic_formula &&
+                                          bytes_per_step <= traffic_padded + 0.5;
+  const bool memory_ok = memory.model_state + 0.5 >= memory.theoretical_model_state &&
+                         memory.model_state <= memory.theoretical_model_state * padding + 0.5;
+
+  for (int r = 0; r < size; ++r) {
+    // Ranks print in turn (a barrier each) so their tables do not interleave.
+    if (r == rank) {
+      std::printf(
+          "rank %d memory: params %s, param shard %s, grads %s, grad shard %s, master %s, "
+          "optimizer %s | buckets %s, gather window %s, grad staging %s\n"
+          "rank %d model state %s = formula %s x padding %.4f (%s)\n",
+          rank, human_bytes(memory.full_params).c_str(), human_bytes(memory.param_shard).c_str(),
+          human_bytes(memory.gradients).c_str(), human_bytes(memory.grad_shard).c_str(),
+          human_bytes(memory.master).c_str(), human_bytes(memory.optimizer_state).c_str(),
+          human_bytes(memory.buckets).c_str(), human_bytes(memory.gather_window).c_str(),
+          human_bytes(memory.grad_staging).c_str(), rank,
+          human_bytes(memory.model_state).c_str(),
+          human_bytes(memory.theoretical_model_state).c_str(), padding,
+          memory_ok ? "ok" : "MISMATCH");
+      std::printf("rank %d sent %s per step; formula %s%s (padded %s): %s\n", rank,
+                  human_bytes(bytes_per_step).c_str(), human_bytes(traffic_formula).c_str(),
+                  options.stage == 3 ? " = 3P(N-1)/N" : " = 2P(N-1)/N",
+                  human_bytes(traffic_padded).c_str(), traffic_ok ? "ok" : "MISMATCH");
+      std::fflush(stdout);
+    }
+    CHECK_ZRT(zrt_barrier(comm, stream));
+    CHECK_ZRT(zrt_stream_synchronize(stream));
+  }
+  ok = ok && traffic_ok && memory_ok;
+
+  const size_t window = std::min<size_t>(5, losses.size());
+  double first = 0.0;
+  double last = 0.0;
+  for (size_t i = 0; i < window; ++i) {
+    first += losses[i] / window;
+    last += losses[losses.size() - 1 - i] / window;
+  }
+  const bool loss_fell = losses.size() >= 2 && last < first;
+  if (rank == 0) {
+    std::printf("stage %d, %d ranks, %s, %zu parameters: loss %.4f -> %.4f in %d steps, %.2f s%s\n",
+                options.stage, size, options.dtype == ZRT_F32 ? "f32" : "bf16", parameters, first,
+                last, options.steps, seconds, loss_fell ? "" : "  (loss did not fall)");
+  }
+  ok = ok && loss_fell;
+  CHECK_ZRT(zrt_partition_destroy(pm));
+  CHECK_ZRT(zrt_comm_destroy(comm));
+  return ok ? 0 : 1;
+}
+
+int run(const Options& options) {
+  openblas_set_num_threads(1);  // ranks outnumber cores; one BLAS thread per rank
+
+  zrt_comm_t comm = nullptr;
+  CHECK_ZRT(zrt_comm_init_env(nullptr, &comm));
+  int rank = 0;
+  int size = 1;
+  CHECK_ZRT(zrt_comm_rank(comm, &rank));
+  CHECK_ZRT(zrt_comm_size(comm, &size));
+  if (options.batch % size != 0) {
+    if (rank == 0) std::fprintf(stderr, "train_lm: --batch %d is not divisible by %d ranks\n",
+                                options.batch, size);
+    zrt_comm_destroy(comm);
+    return 2;
+  }
+
+  Corpus corpus;
+  std::string error;
+  if (!corpus.load(options.corpus, options.context, &error)) {
+    std::fprintf(stderr, "train_lm: %s\n", error.c_str());
+    zrt_comm_destroy(comm);
+    return 2;
+  }
+  const int local_batch = options.batch / size / options.micro_batches;
+  if (local_batch < 1) {
+    if (rank == 0) std::fprintf(stderr, "train_lm: --batch too small for the micro-batches\n");
+    zrt_comm_destroy(comm);
+    return 2;
+  }
+
+  ModelShape shape;
+  shape.vocab = corpus.vocab_size();
+  shape.context = options.context;
+  Model model(shape, local_batch, options.checkpoint_activations);
+
+  // --- register the model with zrt -------------------------------------------------------
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  if (!options.config_file.empty()) CHECK_ZRT(zrt_partition_config_load(options.config_file.c_str(), &config));
+  config.stage = options.stage;
+  config.param_dtype = options.dtype;
+  config.reduce_dtype = ZRT_F32;
+  config.bucket_bytes = static_cast<size_t>(options.bucket_mb * (1 << 20));
+  config.prefetch_depth = options.prefetch;
+  config.persistence_threshold = options.persistence_threshold;
+  config.alignment = 16;
+  zrt_partition_t pm = nullptr;
+  CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
+
+  std::vector<std::vector<Tensor>> tensors(model.unit_count());
+  OptimizerContext optimizer;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    int unit = -1;
+    CHECK_ZRT(zrt_partition_add_unit(pm, model.unit_name(u).c_str(), &unit));
+    for (const TensorSpec& spec : model.unit_tensors(u)) {
+      Tensor tensor;
+      tensor.numel = spec.numel;
+      tensor.decay = spec.decay;
+      CHECK_ZRT(zrt_partition_add_param(pm, unit, spec.name.c_str(), spec.numel,
+                                        ZRT_PARAM_DEFAULT, &tensor.param));
+      optimizer.decay_of_param.resize(tensor.param + 1);
+      optimizer.decay_of_param[tensor.param] = spec.decay;
+      tensors[u].push_back(tensor);
+    }
+  }
+  CHECK_ZRT(zrt_partition_finalize(pm));
+
+  size_t parameters = 0;
+  size_t largest = 0;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    for (size_t t = 0; t < tensors[u].size(); ++t) {
+      std::vector<float> values(tensors[u][t].numel);
+      model.init_tensor(options.seed, u, static_cast<int>(t), values.data());
+      CHECK_ZRT(zrt_partition_load_param(pm, tensors[u][t].param, values.data(), ZRT_F32));
+      parameters += tensors[u][t].numel;
+      largest = std::max(largest, tensors[u][t].numel);
+    }
+  }
+  optimizer.adamw.learning_rate = options.learning_rate;
+
+  // f32 views of the parameters and gradients of one unit (bf16 runs convert: this program's
+  // kernels compute in f32, as a CPU framework would).
+  const bool f32 = options.dtype == ZRT_F32;
+  std::vector<std::vector<float>> param_f32(4, std::vector<float>(f32 ? 0 : largest));
+  std::vector<std::vector<float>> grad_f32(4, std::vector<float>(f32 ? 0 : largest));
+  auto param_views = [&](int u, const float** views) -> zrt_status_t {
+    for (size_t t = 0; t < tensors[u].size(); ++t) {
+      void* data = nullptr;
+      zrt_status_t status = zrt_partition_param_data(pm, tensors[u][t].param, &data);
+      if (status != ZRT_SUCCESS) return status;
+      if (f32) {
+        views[t] = static_cast<const float*>(data);
+      } else {
+        bf16_to_f32(static_cast<const uint16_t*>(data), param_f32[t].data(), tensors[u][t].numel);
+        views[t] = param_f32[t].data();
+      }
+    }
+    return ZRT_SUCCESS;
+  };
+
+  zrt_stream_t loss_stream = nullptr;
+  CHECK_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &loss_stream));
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+  std::vector<double> losses;
+  zrt_comm_stats_t stats;
+  stats.size = sizeof(stats);
+  uint64_t bytes_per_step = 0;
+  const float grad_scale = 1.0f / static_cast<float>(local_batch * options.micro_batches);
+  const auto run_start = std::chrono::steady_clock::now();
+
+  for (int step = 0; step < options.steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+    CHECK_ZRT(zrt_comm_stats_reset(comm));
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < options.micro_batches; ++micro) {
+      const bool sync = !options.no_sync || micro == options.micro_batches - 1;
+      if (options.micro_batches > 1) CHECK_ZRT(zrt_partition_set_sync(pm, sync ? 1 : 0));
+      const int first = (rank * options.micro_batches + micro) * local_batch;
+      corpus.batch(options.seed, step, options.batch, first, local_batch, &inputs, &targets);
+
+      const float* params[4];
+      for (int u = 0; u < model.unit_count(); ++u) {
+        CHECK_ZRT(zrt_partition_fetch(pm, u));
+        CHECK_ZRT(param_views(u, params));
+        double unit_loss = 0.0;
+        model.forward(u, params, inputs.data(), targets.data(), grad_scale, &unit_loss);
+        loss_sum += unit_loss;
+        CHECK_ZRT(zrt_partition_release(pm, u));
+      }
+      for (int u = model.unit_count() - 1; u >= 0; --u) {
+        if (model.needs_recompute(u)) {
+          // Activation checkpointing: the unit's inner activations were dropped in forward;
+          // gather its parameters once more and rebuild them.
+          CHECK_ZRT(zrt_partition_fetch(pm, u));
+          CHECK_ZRT(param_views(u, params));
+          double ignored = 0.0;
+          model.forward(u, params, inputs.data(), targets.data(), grad_scale, &ignored);
+          CHECK_ZRT(zrt_partition_release(pm, u));
+        }
+        CHECK_ZRT(zrt_partition_fetch(pm, u));
+        CHECK_ZRT(param_views(u, params));
+        float* grads[4];
+        void* grad_out[4];
+        for (size_t t = 0; t < tensors[u].size(); ++t) {
+          CHECK_ZRT(zrt_partition_grad_data(pm, tensors[u][t].param, &grad_out[t]));
+          grads[t] = f32 ? static_cast<float*>(grad_out[t]) : grad_f32[t].data();
+          std::memset(grads[t], 0, tensors[u][t].numel * sizeof(float));
+        }
+        model.backward(u, params, grads, inputs.data());
+        if (!f32) {
+          for (size_t t = 0; t < tensors[u].size(); ++t) {
+            f32_to_bf16(grads[t], static_cast<uint16_t*>(grad_out[t]), tensors[u][t].numel);
+          }
+        }
+        CHECK_ZRT(zrt_partition_grad_ready(pm, u));
+        CHECK_ZRT(zrt_partition_release(pm, u));
+      }
+    }
+    double norm = 0.0;
+    int nonfinite = 0;
+    CHECK_ZRT(zrt_partition_grad_norm(pm, &norm, &nonfinite));
+    if (nonfinite) {
+      std::fprintf(stderr, "train_lm: rank %d: non-finite gradient at step %d\n", rank, step);
+      return 1;
+    }
+    CHECK_ZRT(zrt_partition_step(pm, adamw_callback, &optimizer));
+    CHECK_ZRT(zrt_comm_stats(comm, &stats));
+    // Only the partition manager's traffic: the loss all-reduce below comes after this read.
+    bytes_per_step = stats.total.bytes_sent;
+
+    // The loss over the global batch: a sum over ranks of local sums.
+    double global_loss = loss_sum;
+    CHECK_ZRT(zrt_all_reduce(comm, &global_loss, &global_loss, 1, ZRT_F64, ZRT_SUM, loss_stream));
+    CHECK_ZRT(zrt_stream_synchronize(loss_stream));
+    losses.push_back(global_loss / options.batch);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (rank == 0 && (step % options.print_every == 0 || step == options.steps - 1)) {
+      std::printf("step %4d  loss %.6f  grad-norm %.4f  %8.0f tokens/s\n", step, losses.back(),
+                  norm, options.batch / seconds);
+      std::fflush(stdout);
+    }
+  }
+  const double total_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  return report(options, comm, loss_stream, pm, rank, size, parameters, bytes_per_step, losses, total_seconds,
+                model);
+}
+
+}  // namespace
+}  // namespace train_lm
+
+int main(int argc, char** argv) {
+  train_lm::Options options;
+  std::string error;
+  if (!train_lm::parse_options(argc, argv, &options, &error)) {
+    std::fprintf(stderr, "train_lm: %s\n%s", error.c_str(), train_lm::usage());
+    return 2;
+  }
+  if (options.help) {
+    std::fputs(train_lm::usage(), stdout);
+    return 0;
+  }
+  return train_lm::run(options);
+}

@@ -1,0 +1,34 @@
+// train_lm's command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "zrt/zrt.h"
+
+namespace train_lm {
+
+struct Options {
+  int stage = 3;
+  zrt_dtype_t dtype = ZRT_F32;
+  int steps = 40;
+  int batch = 96;  // global batch (all ranks, all micro-batches); divisible by both
+  int micro_batches = 1;
+  bool no_sync = false;  // reduce only on the last micro-batch of a step
+  double bucket_mb = 0.25;
+  int prefetch = 1;
+  size_t persistence_threshold = 0;
+  bool checkpoint_activations = false;
+  int context = 8;
+  float learning_rate = 3e-3f;
+  uint64_t seed = 1234;
+  int print_every = 5;
+  std::string corpus = "/usr/share/dict/words";
+  std::string config_file;  // a zrt partition config JSON (from zrt-tune), applied first
+  bool help = false;
+};
+
+bool parse_options(int argc, char** argv, Options* options, std::string* error);
+const char* usage();
+
+}  // namespace train_lm
