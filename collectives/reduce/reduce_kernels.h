@@ -6,11 +6,24 @@
 // Rounding: f16 and bf16 are widened to f32, combined, and rounded back (round to nearest even)
 // once per call. Results depend only on the inputs and the call sequence, never on the variant
 // chosen, so every rank and every run computes bit-identical results.
+//
+// Defined edge cases (identical in every variant):
+//  - integer sums and products wrap around (two's complement, modulo 2^bits); min/max are exact;
+//  - float min/max propagate NaN: if a[i] is NaN the result is a[i], else if b[i] is NaN it is
+//    b[i]; min(-0, +0) and max(-0, +0) return b[i];
+//  - the scaled sum is round(round(a_scale * a) + round(b_scale * b)), never fused (no FMA), in
+//    f32 with the scales rounded to f32 (f32, f16, bf16) or in f64 (f64);
+//  - a sum or product of two NaNs is a quiet NaN whose payload is one of the inputs';
+//  - f64 -> f16/bf16 rounds once, directly (no double rounding through f32);
+//  - the kernels assume the default floating-point environment (no FTZ/DAZ, round to nearest).
+// Bad arguments (unknown dtype or op, scales on integers, NULL buffers with count > 0) are
+// logged as errors and leave out untouched; check_*_args give the same verdict as a Status.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "lib/core/status.h"
 #include "zrt/zrt.h"
 
 namespace zrt {
@@ -39,6 +52,11 @@ void sum_squares_and_nonfinite(zrt_dtype_t dtype, const void* in, size_t count, 
 // The variant the dispatcher chose: "avx512", "avx2", or "generic". ZRT_SIMD=generic|avx2|avx512
 // forces a variant the CPU supports (for benchmarks and tests).
 const char* reduce_kernels_variant();
+
+// The argument checks the kernels apply, as a Status naming the argument at fault.
+Status check_reduce_args(zrt_dtype_t dtype, ReduceOp op, double a_scale, double b_scale);
+Status check_scale_args(zrt_dtype_t dtype);
+Status check_convert_args(zrt_dtype_t from, zrt_dtype_t to);
 
 // Scalar conversions, exposed for tests and for code that handles single values.
 float f16_to_f32(uint16_t h);
