@@ -1,0 +1,86 @@
+// zrt-bench: collective bandwidth in nccl-tests' columns. See --help.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tools/common/svg_plot.h"
+#include "tools/zrt-bench/bench_options.h"
+#include "tools/zrt-bench/bench_report.h"
+#include "tools/zrt-bench/bench_runner.h"
+
+namespace {
+
+constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitWrong = 3;
+
+// Before the communicator exists the rank is only known from the launcher's environment; the
+// other ranks stay quiet so that a usage error prints once.
+bool env_says_rank0() {
+  for (const char* name : {"ZRT_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr) return std::atoi(value) == 0;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace zrt::bench;
+  BenchOptions options;
+  ParseResult parsed;
+  zrt::Status status = parse_bench_options(argc, argv, &options, &parsed);
+  if (!status.is_ok()) {
+    if (env_says_rank0()) fmt::print(stderr, "zrt-bench: {}\n", status.message());
+    return kExitUsage;
+  }
+  if (parsed.show_help) {
+    if (env_says_rank0()) fmt::print("{}", parsed.text);
+    return kExitOk;
+  }
+
+  std::vector<BenchRow> rows;
+  RunInfo info;
+  bool rank0 = false;
+  status = run_benchmark(options, &rows, &info, &rank0);
+  if (!status.is_ok()) {
+    fmt::print(stderr, "zrt-bench: {}\n", status.message());
+    return status.code() == ZRT_INVALID_ARGUMENT ? kExitUsage : kExitFailure;
+  }
+  if (!rank0) return total_wrong(rows) > 0 ? kExitWrong : kExitOk;
+
+  if (options.collectives.size() > 1 && options.json_path != "-") {
+    fmt::print("# Summary: average bus bandwidth (GB/s)\n");
+    for (Coll coll : options.collectives) {
+      std::vector<BenchRow> mine;
+      for (const BenchRow& row : rows) {
+        if (row.coll == coll) mine.push_back(row);
+      }
+      fmt::print("#   {:<16} {:8.3f}\n", coll_name(coll), average_busbw(mine));
+    }
+    fmt::print("# Avg bus bandwidth    : {:.4g}\n", average_busbw(rows));
+  }
+  if (!options.json_path.empty()) {
+    std::string text = rows_to_json(options, info, rows).dump(2) + "\n";
+    if (options.json_path == "-") {
+      fmt::print("{}", text);
+    } else {
+      status = zrt::tools::write_text_file(options.json_path, text);
+      if (!status.is_ok()) {
+        fmt::print(stderr, "zrt-bench: --json: {}\n", status.message());
+        return kExitFailure;
+      }
+    }
+  }
+  if (!options.plot_path.empty()) {
+    std::string svg;
+    status = render_busbw_plot(rows, info.ranks, &svg);
+    if (status.is_ok()) status = zrt::tools::write_text_file(options.plot_path, svg);
+    if (!status.is_ok()) {
+      fmt::print(stderr, "zrt-bench: --plot: {}\n", status.message());
+      return kExitFailure;
+    }
+  }
+  return total_wrong(rows) > 0 ? kExitWrong : kExitOk;
+}
