@@ -394,7 +394,7 @@ void EngineImpl::run() {
     }
     if (advanced) continue;
 
-    int sleep_ms = 1000;
+    int sleep_ms = 100;  // idle turns also let the transport run its keepalive
     if (check_timeouts(std::chrono::steady_clock::now(), &sleep_ms)) continue;
     if (!transport_.arm()) continue;
     pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};

@@ -1,0 +1,63 @@
+// A rank's communicator below the C API for collective and engine tests: a file bootstrap, the
+// real UCX transport and the progress engine, with one or more host streams. Created inside a
+// forked rank (tests/harness); torn down engine first, transport last.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "lib/engine/engine.h"
+#include "tests/harness/file_bootstrap.h"
+#include "transports/transport.h"
+
+namespace zrt::testing {
+
+struct Rig {
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<Bootstrap> bootstrap;
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<ProgressEngine> engine;
+  std::vector<Stream*> streams;
+
+  Status init(int rank_, int size_, const std::string& name, int64_t timeout_ms = 30000,
+              int stream_count = 1) {
+    rank = rank_;
+    size = size_;
+    const char* dir = std::getenv("ZRT_TEST_RUN_DIR");
+    ZRT_RETURN_IF_ERROR(
+        create_file_bootstrap(dir != nullptr ? dir : "/tmp", name, rank, size, 30000, &bootstrap));
+    TransportOptions options;
+    options.timeout_ms = timeout_ms;
+    ZRT_RETURN_IF_ERROR(create_ucx_transport(*bootstrap, options, &transport));
+    EngineOptions engine_options;
+    engine_options.rank = rank;
+    engine_options.size = size;
+    engine_options.timeout_ms = timeout_ms;
+    ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
+    for (int i = 0; i < stream_count; ++i) {
+      Stream* stream = nullptr;
+      ZRT_RETURN_IF_ERROR(engine->create_stream(ZRT_MEM_HOST, &stream));
+      streams.push_back(stream);
+    }
+    return Status::ok();
+  }
+
+  Stream& stream(int i = 0) { return *streams.at(i); }
+
+  Status run(const CollectiveArgs& args, int stream_index = 0) {
+    ZRT_RETURN_IF_ERROR(enqueue_collective(stream(stream_index), rank, size, args));
+    return stream(stream_index).synchronize();
+  }
+
+  ~Rig() {
+    if (engine != nullptr) (void)engine->shutdown();
+    engine.reset();
+    transport.reset();
+  }
+};
+
+}  // namespace zrt::testing
