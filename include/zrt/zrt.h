@@ -580,6 +580,59 @@ typedef struct zrt_partition_memory {
  * ZRT_INVALID_ARGUMENT (NULL, size too small), ZRT_INVALID_USAGE (not finalized). */
 ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory);
 
+/* ---------------------------------------------------------------------------------------------
+ * CUDA (device memory through NCCL)
+ *
+ * Builds with CUDA and NCCL (-Dnccl=enabled or found) serve ZRT_MEM_CUDA: zrt_stream_create(comm,
+ * ZRT_MEM_CUDA, ...) makes a zrt-owned high-priority CUDA stream, and collectives enqueued on a
+ * CUDA stream are NCCL calls on it (same argument conventions as above; buffers must be device
+ * memory of the communicator's device). Other builds, and machines without a usable GPU, answer
+ * ZRT_UNSUPPORTED with the reason ("built without NCCL", "no usable CUDA device:
+ * cudaErrorInsufficientDriver ...").
+ *
+ * Device: under zrt-run (ZRT_LOCAL_RANK set) rank r uses device local_rank % device_count;
+ * otherwise the device current on the calling thread when the communicator's first CUDA stream
+ * is created (call cudaSetDevice first, as with NCCL).
+ * NCCL initialisation: the first CUDA stream (zrt_stream_create with ZRT_MEM_CUDA or
+ * zrt_stream_from_cuda) of a communicator is collective: it exchanges NCCL's unique id with an
+ * all-gather on the default stream, so every rank must create it at the same point relative to
+ * the other collectives of the default stream. ncclCommInitRankConfig runs non-blocking and is
+ * aborted after the communicator's timeout. zrt_comm_split of a communicator that has its NCCL
+ * side splits it too (ncclCommSplit).
+ * Ordering: zrt_event_create_cuda makes an event over a cudaEvent_t; recorded on a CUDA stream
+ * and waited on by another, the dependency stays on the device (cudaStreamWaitEvent), never a
+ * host synchronisation. Host functions of zrt on a CUDA stream run on CUDA's callback thread.
+ * Errors on CUDA streams: an NCCL asynchronous error, a dead peer or a hang surface as
+ * ZRT_REMOTE_ERROR / ZRT_TIMEOUT within the communicator's timeout (NCCL is then aborted).
+ * ------------------------------------------------------------------------------------------- */
+
+/* The number of usable CUDA devices into *count (> 0). Errors: ZRT_INVALID_ARGUMENT (NULL),
+ * ZRT_UNSUPPORTED (built without CUDA/NCCL, or no usable device: the message carries the CUDA
+ * runtime's reason). Thread-safe; needs no communicator. */
+ZRT_API zrt_status_t zrt_cuda_device_count(int* count);
+
+/* NCCL's version code (e.g. 22809 for 2.28.9) into *version; needs no device.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL), ZRT_UNSUPPORTED (built without NCCL). Thread-safe. */
+ZRT_API zrt_status_t zrt_nccl_version(int* version);
+
+/* Wraps the framework's CUDA stream (a cudaStream_t passed as void*; 0 means CUDA's legacy
+ * default stream) as a zrt stream of kind ZRT_MEM_CUDA, so that collectives and events can be
+ * placed on the framework's own stream. zrt never destroys the CUDA stream; it must outlive the
+ * zrt stream. Same ordering rule and first-use initialisation as zrt_stream_create.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL comm or output), ZRT_UNSUPPORTED, ZRT_TIMEOUT,
+ * ZRT_REMOTE_ERROR (another rank could not initialise CUDA: it is named). */
+ZRT_API zrt_status_t zrt_stream_from_cuda(zrt_comm_t comm, void* cuda_stream,
+                                          zrt_stream_t* stream);
+
+/* The cudaStream_t behind a CUDA zrt stream, into *cuda_stream. Errors: ZRT_INVALID_ARGUMENT
+ * (NULL, or a host stream). */
+ZRT_API zrt_status_t zrt_stream_get_cuda(zrt_stream_t stream, void** cuda_stream);
+
+/* Creates an event over a cudaEvent_t on the communicator's device (initialising the NCCL side
+ * like the first CUDA stream if needed). It may be recorded on CUDA and host streams; destroy it
+ * with zrt_event_destroy. Errors: ZRT_INVALID_ARGUMENT, ZRT_UNSUPPORTED. */
+ZRT_API zrt_status_t zrt_event_create_cuda(zrt_comm_t comm, zrt_event_t* event);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
