@@ -1,0 +1,243 @@
+// Collectives beyond the value matrix: two streams in flight at once, events between streams,
+// byte counters (S(N-1)/N exactly for ring reduce-scatter and all-gather), point-to-point
+// (including to oneself), forced algorithms (ZRT_ALGO), and every kind of bad argument.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "tests/collectives/rig.h"
+#include "tests/collectives/values.h"
+#include "tests/harness/multirank.h"
+
+namespace zrt::testing {
+namespace {
+
+#define ASSERT_OK(expr)                                                    \
+  do {                                                                     \
+    ::zrt::Status assert_ok_status_ = (expr);                              \
+    ASSERT_TRUE(assert_ok_status_.is_ok()) << assert_ok_status_.message(); \
+  } while (0)
+
+CollectiveArgs make(zrt_coll_kind_t kind, const void* send, void* recv, size_t count,
+                    zrt_dtype_t dtype = ZRT_F32, zrt_op_t op = ZRT_SUM) {
+  CollectiveArgs args;
+  args.kind = kind;
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  return args;
+}
+
+TEST(Collectives, ReduceScatterAndAllGatherConcurrentlyOnTwoStreams) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "concurrent", 30000, 2));
+    const size_t count = 300001;  // per rank
+    std::vector<int32_t> rs_in(count * size), rs_out(count), ag_in(count), ag_out(count * size);
+    for (int iteration = 0; iteration < 20; ++iteration) {
+      for (size_t i = 0; i < rs_in.size(); ++i) {
+        rs_in[i] = static_cast<int32_t>((i + rank * 7 + iteration) % 1000);
+      }
+      for (size_t i = 0; i < count; ++i) ag_in[i] = static_cast<int32_t>(i * 3 + rank + iteration);
+      ASSERT_OK(enqueue_collective(
+          rig.stream(0), rank, size,
+          make(ZRT_COLL_REDUCE_SCATTER, rs_in.data(), rs_out.data(), count, ZRT_I32)));
+      ASSERT_OK(enqueue_collective(
+          rig.stream(1), rank, size,
+          make(ZRT_COLL_ALL_GATHER, ag_in.data(), ag_out.data(), count, ZRT_I32)));
+      ASSERT_OK(rig.stream(0).synchronize());
+      ASSERT_OK(rig.stream(1).synchronize());
+      for (size_t i = 0; i < count; ++i) {
+        const size_t global = rank * count + i;
+        int32_t expected = 0;
+        for (int r = 0; r < size; ++r)
+          expected += static_cast<int32_t>((global + r * 7 + iteration) % 1000);
+        ASSERT_EQ(rs_out[i], expected) << "iteration " << iteration << " element " << i;
+      }
+      for (int b = 0; b < size; ++b) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(ag_out[b * count + i], static_cast<int32_t>(i * 3 + b + iteration));
+        }
+      }
+    }
+  });
+}
+
+TEST(Collectives, EventHandsAllReduceResultToAllGatherOnAnotherStream) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "event", 30000, 2));
+    Event* event = nullptr;
+    ASSERT_OK(rig.engine->create_event(&event));
+    const size_t count = 1 << 18;
+    std::vector<float> in(count, static_cast<float>(rank + 1)), reduced(count),
+        gathered(count * size);
+    for (int iteration = 0; iteration < 10; ++iteration) {
+      ASSERT_OK(enqueue_collective(rig.stream(0), rank, size,
+                                   make(ZRT_COLL_ALL_REDUCE, in.data(), reduced.data(), count)));
+      ASSERT_OK(event->record(rig.stream(0)));
+      ASSERT_OK(rig.stream(1).wait_event(*event));
+      ASSERT_OK(
+          enqueue_collective(rig.stream(1), rank, size,
+                             make(ZRT_COLL_ALL_GATHER, reduced.data(), gathered.data(), count)));
+      ASSERT_OK(rig.stream(1).synchronize());
+      for (float value : gathered) ASSERT_EQ(value, 3.0f);
+      std::fill(gathered.begin(), gathered.end(), 0.0f);
+      std::fill(reduced.begin(), reduced.end(), 0.0f);
+    }
+  });
+}
+
+TEST(Collectives, RingBytesAreExactlySTimesNMinusOneOverN) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "counters"));
+    const size_t count = 1000003;  // per rank
+    std::vector<float> big(count * size, 1.0f), small(count);
+    rig.engine->counters().reset();
+    ASSERT_OK(rig.run(make(ZRT_COLL_REDUCE_SCATTER, big.data(), small.data(), count)));
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, small.data(), big.data(), count)));
+    zrt_comm_stats_t stats{};
+    rig.engine->counters().snapshot(&stats);
+    const uint64_t total_bytes = count * size * sizeof(float);  // S
+    const uint64_t expected = total_bytes * (size - 1) / size;
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_received, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_received, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].calls, 1u);
+    EXPECT_GT(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].busy_ns, 0u);
+    EXPECT_EQ(stats.total.bytes_sent, 2 * expected);
+    rig.engine->counters().reset();
+    rig.engine->counters().snapshot(&stats);
+    EXPECT_EQ(stats.total.calls, 0u);
+    EXPECT_EQ(stats.total.bytes_sent, 0u);
+  });
+}
+
+TEST(Collectives, PointToPointRingAndSelf) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "p2p"));
+    const size_t count = 100003;
+    std::vector<int64_t> out(count), in(count), self_in(count);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(i) * 10 + rank;
+    const int right = (rank + 1) % size;
+    const int left = (rank + size - 1) % size;
+    CollectiveArgs send = make(ZRT_COLL_SEND, out.data(), nullptr, count, ZRT_I64);
+    send.peer = right;
+    CollectiveArgs recv = make(ZRT_COLL_RECV, nullptr, in.data(), count, ZRT_I64);
+    recv.peer = left;
+    CollectiveArgs self_send = send;
+    self_send.peer = rank;
+    CollectiveArgs self_recv = make(ZRT_COLL_RECV, nullptr, self_in.data(), count, ZRT_I64);
+    self_recv.peer = rank;
+    for (int iteration = 0; iteration < 5; ++iteration) {
+      ASSERT_OK(enqueue_collective(rig.stream(), rank, size, self_send));
+      ASSERT_OK(enqueue_collective(rig.stream(), rank, size, self_recv));
+      // Even ranks send first; the order on each stream is what pairs them.
+      if (rank % 2 == 0) {
+        ASSERT_OK(enqueue_collective(rig.stream(), rank, size, send));
+        ASSERT_OK(enqueue_collective(rig.stream(), rank, size, recv));
+      } else {
+        ASSERT_OK(enqueue_collective(rig.stream(), rank, size, recv));
+        ASSERT_OK(enqueue_collective(rig.stream(), rank, size, send));
+      }
+      // A collective after point-to-point still matches on every rank (p2p takes no
+      // collective sequence number).
+      ASSERT_OK(enqueue_collective(rig.stream(), rank, size,
+                                   make(ZRT_COLL_BARRIER, nullptr, nullptr, 0)));
+      ASSERT_OK(rig.stream().synchronize());
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(in[i], static_cast<int64_t>(i) * 10 + left);
+        ASSERT_EQ(self_in[i], out[i]);
+      }
+    }
+  });
+}
+
+TEST(Collectives, ForcedAlgorithmsAgreeBitwise) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "algo"));
+    const size_t count = 20011;
+    std::vector<float> in(count), ring(count), direct(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 13 + rank * 5) % 23) - 11;
+    setenv("ZRT_ALGO", "ring", 1);
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), ring.data(), count)));
+    setenv("ZRT_ALGO", "direct", 1);
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count)));
+    // Exact inputs: both orders give the exact sum.
+    EXPECT_EQ(ring, direct);
+    setenv("ZRT_ALGO", "rd", 1);
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count)));
+    EXPECT_EQ(ring, direct);
+    setenv("ZRT_ALGO", "butterfly", 1);
+    Status bad = enqueue_collective(rig.stream(), rank, size,
+                                    make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count));
+    EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(bad.message().find("ZRT_ALGO='butterfly'"), std::string::npos) << bad.message();
+    unsetenv("ZRT_ALGO");
+    ASSERT_OK(rig.stream().synchronize());
+  });
+}
+
+void expect_invalid(Rig& rig, const CollectiveArgs& args, const char* needle) {
+  Status status = enqueue_collective(rig.stream(), rig.rank, rig.size, args);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT) << needle << ": " << status.message();
+  EXPECT_NE(status.message().find(needle), std::string::npos)
+      << "expected '" << needle << "' in: " << status.message();
+}
+
+TEST(Collectives, BadArgumentsAreRefusedWithTheArgumentNamed) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "bad"));
+    std::vector<float> buffer(64);
+    float* b = buffer.data();
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, nullptr, b, 4), "sendbuf is NULL");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, nullptr, 4), "recvbuf is NULL");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b + 2, 4), "overlap");
+    expect_invalid(rig, make(ZRT_COLL_REDUCE_SCATTER, b, b + 1, 4), "recvbuf != sendbuf");
+    expect_invalid(rig, make(ZRT_COLL_ALL_GATHER, b + 1, b, 4), "overlap");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, static_cast<zrt_dtype_t>(99)), "dtype");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_F32, static_cast<zrt_op_t>(42)),
+                   "op 42");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_I32, ZRT_AVG), "op avg");
+    CollectiveArgs premul = make(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4, ZRT_I64);
+    premul.premul = true;
+    premul.premul_scale = 0.5;
+    expect_invalid(rig, premul, "premul_sum");
+    CollectiveArgs root = make(ZRT_COLL_BROADCAST, b, b, 4);
+    root.root = size;
+    expect_invalid(rig, root, "root 2");
+    root.kind = ZRT_COLL_REDUCE;
+    root.root = -1;
+    expect_invalid(rig, root, "root -1");
+    CollectiveArgs peer = make(ZRT_COLL_SEND, b, nullptr, 4);
+    peer.peer = size;
+    expect_invalid(rig, peer, "peer 2");
+    peer.kind = ZRT_COLL_RECV;
+    peer.recvbuf = b;
+    peer.peer = -3;
+    expect_invalid(rig, peer, "peer -3");
+    expect_invalid(rig, make(static_cast<zrt_coll_kind_t>(12), b, b, 4), "kind 12");
+    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, SIZE_MAX / 2), "too large");
+    // Valid edge cases are accepted: count 0 with NULL buffers, in-place layouts.
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, nullptr, nullptr, 0)));
+    ASSERT_OK(rig.run(make(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4)));
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, b + 4 * rank, b, 4)));
+    // A receive from oneself with no send before it fails its stream only.
+    CollectiveArgs lonely = make(ZRT_COLL_RECV, nullptr, b, 4);
+    lonely.peer = rank;
+    ASSERT_OK(enqueue_collective(rig.stream(), rank, size, lonely));
+    EXPECT_EQ(rig.stream().synchronize().code(), ZRT_INVALID_USAGE);
+    EXPECT_TRUE(rig.engine->error().is_ok());
+  });
+}
+
+}  // namespace
+}  // namespace zrt::testing
