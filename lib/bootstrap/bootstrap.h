@@ -36,6 +36,8 @@ class Bootstrap {
 struct EnvRanks {
   int rank = 0;
   int size = 1;
+  // -1 (both) = not given by the environment: create_store_bootstrap derives them from host
+  // names.
   int local_rank = 0;
   int local_size = 1;
   std::string store_host = "127.0.0.1";

@@ -1,0 +1,175 @@
+// read_env_ranks: which rank this process is, from whichever launcher started it.
+//
+// Four families of variables are recognised, in this order of preference: zrt's own, torchrun's,
+// Open MPI's and Slurm's. A family is chosen by the presence of its rank variable; its size
+// variable must then be present too. Local rank and size come from the same family when it sets
+// them; otherwise they are left at -1 and the bootstrap derives them from host names. Parsing
+// is strict (whole-string decimal, no sign, no spaces): a malformed launcher environment is
+// reported by variable and value rather than guessed at.
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "lib/bootstrap/bootstrap.h"
+
+namespace zrt {
+namespace {
+
+struct Family {
+  const char* source;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+constexpr Family kFamilies[] = {
+    {"zrt", "ZRT_RANK", "ZRT_WORLD_SIZE", "ZRT_LOCAL_RANK", "ZRT_LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+std::optional<std::string> get(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+// A non-negative decimal integer that fits in an int, or an error naming the variable.
+Status parse_int(const char* name, const std::string& text, int* value) {
+  int parsed = 0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (text.empty() || text[0] == '+' || text[0] == '-') {
+    if (!text.empty() && text[0] == '-' && text.size() > 1) {
+      return Status::invalid_argument("{}='{}' is negative", name, text);
+    }
+    return Status::invalid_argument("{}='{}' is not an integer", name, text);
+  }
+  const auto [stop, error] = std::from_chars(begin, end, parsed);
+  if (error == std::errc::result_out_of_range) {
+    return Status::invalid_argument("{}='{}' is out of range", name, text);
+  }
+  if (error != std::errc() || stop != end) {
+    return Status::invalid_argument("{}='{}' is not an integer", name, text);
+  }
+  *value = parsed;
+  return Status::ok();
+}
+
+// Reads an optional integer variable; *value is untouched when it is absent.
+Status read_optional_int(const char* name, bool* present, int* value) {
+  const std::optional<std::string> text = get(name);
+  *present = text.has_value();
+  if (!*present) return Status::ok();
+  return parse_int(name, *text, value);
+}
+
+Status read_family(const Family& family, EnvRanks* ranks) {
+  bool present = false;
+  ZRT_RETURN_IF_ERROR(read_optional_int(family.rank, &present, &ranks->rank));
+  ZRT_RETURN_IF_ERROR(read_optional_int(family.size, &present, &ranks->size));
+  if (!present) {
+    return Status::invalid_argument("{} is set but {} is not", family.rank, family.size);
+  }
+  if (ranks->size < 1)
+    return Status::invalid_argument("{}={} must be >= 1", family.size, ranks->size);
+  if (ranks->rank >= ranks->size) {
+    return Status::invalid_argument("{}={} >= {}={}", family.rank, ranks->rank, family.size,
+                                    ranks->size);
+  }
+  bool has_local_rank = false;
+  bool has_local_size = false;
+  int local_rank = -1;
+  int local_size = -1;
+  ZRT_RETURN_IF_ERROR(read_optional_int(family.local_rank, &has_local_rank, &local_rank));
+  ZRT_RETURN_IF_ERROR(read_optional_int(family.local_size, &has_local_size, &local_size));
+  if (has_local_size && (local_size < 1 || local_size > ranks->size)) {
+    return Status::invalid_argument("{}={} is not in 1..{}={}", family.local_size, local_size,
+                                    family.size, ranks->size);
+  }
+  if (has_local_rank && has_local_size && local_rank >= local_size) {
+    return Status::invalid_argument("{}={} >= {}={}", family.local_rank, local_rank,
+                                    family.local_size, local_size);
+  }
+  if (ranks->size == 1) {
+    ranks->local_rank = 0;
+    ranks->local_size = 1;
+  } else if (has_local_rank && has_local_size) {
+    ranks->local_rank = local_rank;
+    ranks->local_size = local_size;
+  } else {
+    // Only half of the pair (or none): derive both from host names, consistently.
+    ranks->local_rank = -1;
+    ranks->local_size = -1;
+  }
+  return Status::ok();
+}
+
+Status read_store_address(EnvRanks* ranks) {
+  const char* host_name = "ZRT_STORE_ADDR";
+  std::optional<std::string> host = get(host_name);
+  if (!host) {
+    host_name = "MASTER_ADDR";
+    host = get(host_name);
+  }
+  if (host) {
+    if (host->empty()) return Status::invalid_argument("{} is set but empty", host_name);
+    ranks->store_host = *host;
+  }
+  const char* port_name = "ZRT_STORE_PORT";
+  std::optional<std::string> port = get(port_name);
+  if (!port) {
+    port_name = "MASTER_PORT";
+    port = get(port_name);
+  }
+  if (port) {
+    int value = 0;
+    ZRT_RETURN_IF_ERROR(parse_int(port_name, *port, &value));
+    if (value < 1 || value > 65535) {
+      return Status::invalid_argument("{}={} is not a TCP port (1..65535)", port_name, value);
+    }
+    ranks->store_port = value;
+  } else if (ranks->size > 1) {
+    return Status::invalid_argument(
+        "a job of {} ranks needs a rendezvous store, but neither ZRT_STORE_PORT nor MASTER_PORT "
+        "is set",
+        ranks->size);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status read_env_ranks(EnvRanks* ranks) {
+  if (ranks == nullptr) return Status::invalid_argument("read_env_ranks: ranks is null");
+  EnvRanks result;
+  result.source = "default";
+  for (const Family& family : kFamilies) {
+    if (std::getenv(family.rank) == nullptr) continue;
+    result.source = family.source;
+    ZRT_RETURN_IF_ERROR(read_family(family, &result));
+    break;
+  }
+  ZRT_RETURN_IF_ERROR(read_store_address(&result));
+  result.job_token = get("ZRT_JOB_TOKEN").value_or("");
+  if (result.job_token.size() > 4096) {
+    return Status::invalid_argument("ZRT_JOB_TOKEN is {} bytes long; at most 4096 are allowed",
+                                    result.job_token.size());
+  }
+  const std::optional<std::string> external = get("ZRT_STORE_EXTERNAL");
+  if (external) {
+    if (*external == "1") {
+      result.store_external = true;
+    } else if (*external != "0" && !external->empty()) {
+      return Status::invalid_argument("ZRT_STORE_EXTERNAL='{}' is not 0 or 1", *external);
+    }
+  }
+  *ranks = std::move(result);
+  return Status::ok();
+}
+
+}  // namespace zrt

@@ -1,0 +1,34 @@
+// TCP helpers for the rendezvous store: listening, connecting with retry, and whole-buffer
+// send/receive bounded by a deadline (poll-based: blocking waits, never spinning).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lib/core/status.h"
+
+namespace zrt {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+Deadline deadline_after_ms(int64_t milliseconds);
+// Milliseconds left until `deadline`, clamped to [0, INT32_MAX] for poll().
+int remaining_ms(Deadline deadline);
+
+// Listens on host:port (host empty = any address; port 0 = an ephemeral port, reported in
+// *bound_port). The socket is non-blocking and close-on-exec, with SO_REUSEADDR.
+Status listen_tcp(const std::string& host, int port, int* fd, int* bound_port);
+
+// Connects to host:port, retrying refused or unreachable attempts with a growing back-off
+// until the deadline (the server may start after the client). The socket is blocking.
+Status connect_tcp(const std::string& host, int port, Deadline deadline, int* fd);
+
+// Sends / receives exactly `size` bytes before the deadline. `what` names the exchange in
+// errors. A peer that closes the connection gives ZRT_REMOTE_ERROR.
+Status send_all(int fd, const void* data, size_t size, Deadline deadline, const std::string& what);
+Status recv_all(int fd, void* data, size_t size, Deadline deadline, const std::string& what);
+
+}  // namespace zrt

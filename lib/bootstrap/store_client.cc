@@ -1,0 +1,156 @@
+#include "lib/bootstrap/store_client.h"
+
+#include <unistd.h>
+
+namespace zrt {
+
+Status StoreClient::connect(const std::string& host, int port, const std::string& token,
+                            int64_t timeout_ms, std::unique_ptr<StoreClient>* client) {
+  if (port <= 0 || port > 65535) {
+    return Status::invalid_argument("store port {} is not in 1..65535", port);
+  }
+  if (timeout_ms <= 0)
+    return Status::invalid_argument("store timeout {} ms must be > 0", timeout_ms);
+  if (token.size() > kStoreMaxKeyBytes) {
+    return Status::invalid_argument("job token of {} bytes exceeds {} bytes", token.size(),
+                                    kStoreMaxKeyBytes);
+  }
+  std::unique_ptr<StoreClient> created(new StoreClient());
+  created->timeout_ms_ = timeout_ms;
+  created->address_ = fmt::format("{}:{}", host, port);
+  Status connected = connect_tcp(host, port, deadline_after_ms(timeout_ms), &created->fd_);
+  if (!connected.is_ok()) {
+    return connected.with_context(fmt::format("connecting to the store at {} (timeout {} ms)",
+                                              created->address_, timeout_ms));
+  }
+  StoreRequest hello;
+  hello.op = StoreOp::kHello;
+  hello.value.assign(token.begin(), token.end());
+  StoreReply reply;
+  ZRT_RETURN_IF_ERROR(created->call(hello, 0, &reply));
+  *client = std::move(created);
+  return Status::ok();
+}
+
+StoreClient::~StoreClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status StoreClient::call(const StoreRequest& request, int64_t extra_wait_ms, StoreReply* reply) {
+  if (!broken_.is_ok()) return broken_;
+  const char* op = store_op_name(request.op);
+  const std::string what = fmt::format("store {} ({})", op, address_);
+  std::vector<uint8_t> frame;
+  encode_store_request(request, &frame);
+  if (frame.size() > kStoreFrameHeaderBytes + kStoreMaxFrameBytes) {
+    return Status::invalid_argument("{}: request of {} bytes exceeds the limit of {} bytes", what,
+                                    frame.size(), kStoreMaxFrameBytes);
+  }
+  // The exchange gets the client's timeout on top of whatever the server was asked to wait.
+  const Deadline deadline = deadline_after_ms(timeout_ms_ + extra_wait_ms);
+  Status status = send_all(fd_, frame.data(), frame.size(), deadline, what + " request");
+  uint8_t header[kStoreFrameHeaderBytes];
+  uint32_t body_bytes = 0;
+  std::vector<uint8_t> body;
+  if (status.is_ok()) status = recv_all(fd_, header, sizeof(header), deadline, what + " reply");
+  if (status.is_ok()) status = parse_store_frame_header(header, sizeof(header), &body_bytes);
+  if (status.is_ok()) {
+    body.resize(body_bytes);
+    status = recv_all(fd_, body.data(), body.size(), deadline, what + " reply");
+  }
+  StoreReply parsed;
+  if (status.is_ok()) status = parse_store_reply(body.data(), body.size(), &parsed);
+  if (!status.is_ok()) {
+    broken_ = status.with_context(what);
+    close(fd_);
+    fd_ = -1;
+    return broken_;
+  }
+  switch (parsed.code) {
+    case StoreReplyCode::kOk:
+    case StoreReplyCode::kTimeout:
+      *reply = std::move(parsed);
+      return Status::ok();
+    case StoreReplyCode::kRefused:
+    case StoreReplyCode::kError:
+      // The server closes the connection after either; later calls must not try again.
+      broken_ = Status(ZRT_REMOTE_ERROR, fmt::format("{}: {}", what, parsed.message));
+      close(fd_);
+      fd_ = -1;
+      return broken_;
+  }
+  return Status::error(ZRT_INTERNAL_ERROR, "{}: unhandled reply code", what);
+}
+
+Status StoreClient::set(const std::string& key, const void* data, size_t bytes) {
+  if (bytes > kStoreMaxValueBytes) {
+    return Status::invalid_argument(
+        "store set '{}': value of {} bytes exceeds the limit of {} bytes", key, bytes,
+        kStoreMaxValueBytes);
+  }
+  StoreRequest request;
+  request.op = StoreOp::kSet;
+  request.keys = {key};
+  const auto* begin = static_cast<const uint8_t*>(data);
+  request.value.assign(begin, begin + bytes);
+  StoreReply reply;
+  return call(request, 0, &reply);
+}
+
+Status StoreClient::get(const std::vector<std::string>& keys, int64_t wait_ms,
+                        std::vector<std::vector<uint8_t>>* values, std::vector<uint32_t>* missing) {
+  StoreRequest request;
+  request.op = StoreOp::kGet;
+  request.keys = keys;
+  request.number = wait_ms;
+  StoreReply reply;
+  ZRT_RETURN_IF_ERROR(call(request, wait_ms, &reply));
+  if (reply.code == StoreReplyCode::kTimeout) {
+    if (missing != nullptr) *missing = reply.missing;
+    return Status::error(ZRT_TIMEOUT, "store get ({}): {}", address_, reply.message);
+  }
+  if (reply.values.size() != keys.size()) {
+    return Status::error(ZRT_REMOTE_ERROR, "store get ({}): {} values for {} keys", address_,
+                         reply.values.size(), keys.size());
+  }
+  *values = std::move(reply.values);
+  return Status::ok();
+}
+
+Status StoreClient::wait(const std::vector<std::string>& keys, int64_t wait_ms,
+                         std::vector<uint32_t>* missing) {
+  StoreRequest request;
+  request.op = StoreOp::kWait;
+  request.keys = keys;
+  request.number = wait_ms;
+  StoreReply reply;
+  ZRT_RETURN_IF_ERROR(call(request, wait_ms, &reply));
+  if (reply.code == StoreReplyCode::kTimeout) {
+    if (missing != nullptr) *missing = reply.missing;
+    return Status::error(ZRT_TIMEOUT, "store wait ({}): {}", address_, reply.message);
+  }
+  return Status::ok();
+}
+
+Status StoreClient::add(const std::string& key, int64_t delta, int64_t* value) {
+  StoreRequest request;
+  request.op = StoreOp::kAdd;
+  request.keys = {key};
+  request.number = delta;
+  StoreReply reply;
+  ZRT_RETURN_IF_ERROR(call(request, 0, &reply));
+  *value = reply.number;
+  return Status::ok();
+}
+
+Status StoreClient::remove(const std::string& key, bool* existed) {
+  StoreRequest request;
+  request.op = StoreOp::kDelete;
+  request.keys = {key};
+  StoreReply reply;
+  ZRT_RETURN_IF_ERROR(call(request, 0, &reply));
+  if (existed != nullptr) *existed = reply.number != 0;
+  return Status::ok();
+}
+
+}  // namespace zrt

@@ -1,0 +1,391 @@
+#include "lib/bootstrap/store_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "lib/bootstrap/socket_util.h"
+#include "lib/bootstrap/store_protocol.h"
+#include "lib/core/log.h"
+
+namespace zrt {
+namespace {
+
+// A hello carries the fixed fields and a token of at most kStoreMaxKeyBytes.
+constexpr uint32_t kPreHelloMaxFrameBytes = kStoreMaxKeyBytes + 64;
+
+struct Connection {
+  int fd = -1;
+  std::vector<uint8_t> input;
+  std::vector<uint8_t> output;
+  size_t output_sent = 0;
+  bool authenticated = false;
+  bool closing = false;                // close once output has left
+  bool dead = false;                   // close now
+  std::optional<StoreRequest> parked;  // a get/wait whose keys do not all exist yet
+  Deadline parked_until;
+};
+
+}  // namespace
+
+// The server loop, in short: poll the listener, a wake pipe (stop) and every connection;
+// accept, read whatever arrived, answer each complete frame in order, write what is queued.
+// A parked connection (get/wait) is not read further until answered, which keeps each
+// client's requests strictly ordered; its deadline bounds poll()'s timeout.
+struct StoreServer::State {
+  int listen_fd = -1;
+  int wake_read = -1;
+  int wake_write = -1;
+  std::string token;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> flush_ms{500};
+  std::unordered_map<std::string, std::vector<uint8_t>> data;
+  std::vector<std::unique_ptr<Connection>> connections;
+
+  ~State() {
+    for (auto& connection : connections) close(connection->fd);
+    for (int fd : {listen_fd, wake_read, wake_write}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  void run();
+  void accept_all();
+  void read_from(Connection& connection);
+  void write_to(Connection& connection);
+  void serve_frames(Connection& connection);
+  void handle(Connection& connection, StoreRequest request);
+  // Answers a parked get/wait if its keys now exist (or always, with the missing keys listed,
+  // when `expired`). Returns whether it answered.
+  bool try_answer(Connection& connection, bool expired);
+  void reply(Connection& connection, const StoreReply& reply);
+  void fail(Connection& connection, StoreReplyCode code, std::string message);
+  void wake_parked();
+  int poll_timeout_ms() const;
+};
+
+void StoreServer::State::reply(Connection& connection, const StoreReply& reply) {
+  encode_store_reply(reply, &connection.output);
+}
+
+void StoreServer::State::fail(Connection& connection, StoreReplyCode code, std::string message) {
+  ZRT_LOG_DEBUG("store: refusing a client: {}", message);
+  StoreReply answer;
+  answer.code = code;
+  answer.message = std::move(message);
+  reply(connection, answer);
+  connection.closing = true;
+  connection.parked.reset();
+}
+
+bool StoreServer::State::try_answer(Connection& connection, bool expired) {
+  const StoreRequest& request = *connection.parked;
+  StoreReply answer;
+  for (size_t i = 0; i < request.keys.size(); ++i) {
+    if (data.find(request.keys[i]) == data.end())
+      answer.missing.push_back(static_cast<uint32_t>(i));
+  }
+  if (!answer.missing.empty()) {
+    if (!expired) return false;
+    answer.code = StoreReplyCode::kTimeout;
+    answer.message = fmt::format("{} of {} keys missing after {} ms", answer.missing.size(),
+                                 request.keys.size(), request.number);
+    reply(connection, answer);
+    connection.parked.reset();
+    return true;
+  }
+  if (request.op == StoreOp::kGet) {
+    size_t total = 0;
+    for (const std::string& key : request.keys) total += data[key].size();
+    if (total > kStoreMaxValueBytes) {
+      fail(connection, StoreReplyCode::kError,
+           fmt::format("the {} values asked for total {} bytes, over the reply limit of {} bytes",
+                       request.keys.size(), total, kStoreMaxValueBytes));
+      return true;
+    }
+    answer.values.reserve(request.keys.size());
+    for (const std::string& key : request.keys) answer.values.push_back(data[key]);
+  }
+  reply(connection, answer);
+  connection.parked.reset();
+  return true;
+}
+
+void StoreServer::State::wake_parked() {
+  for (auto& connection : connections) {
+    if (connection->parked && !connection->dead) try_answer(*connection, false);
+  }
+}
+
+void StoreServer::State::handle(Connection& connection, StoreRequest request) {
+  if (!connection.authenticated) {
+    if (request.op != StoreOp::kHello) {
+      fail(connection, StoreReplyCode::kRefused,
+           fmt::format("store refused the client: its first request was '{}', not a hello with "
+                       "the job token",
+                       store_op_name(request.op)));
+      return;
+    }
+    const std::string presented(request.value.begin(), request.value.end());
+    if (presented != token) {
+      fail(connection, StoreReplyCode::kRefused,
+           "store refused the client: wrong job token (ZRT_JOB_TOKEN differs from the one the "
+           "store was started with)");
+      return;
+    }
+    connection.authenticated = true;
+    reply(connection, StoreReply{});
+    return;
+  }
+  StoreReply answer;
+  switch (request.op) {
+    case StoreOp::kHello:
+      break;  // a repeated hello is harmless
+    case StoreOp::kSet:
+      data[request.keys[0]] = std::move(request.value);
+      reply(connection, answer);
+      wake_parked();
+      return;
+    case StoreOp::kAdd: {
+      auto [entry, created] = data.try_emplace(request.keys[0], std::vector<uint8_t>(8, 0));
+      if (entry->second.size() != 8) {
+        fail(connection, StoreReplyCode::kError,
+             fmt::format("store add: key '{}' holds a {}-byte value, not an 8-byte counter",
+                         request.keys[0], entry->second.size()));
+        return;
+      }
+      uint64_t value = 0;
+      std::memcpy(&value, entry->second.data(), 8);
+      value += static_cast<uint64_t>(request.number);  // wraps, never traps
+      std::memcpy(entry->second.data(), &value, 8);
+      answer.number = static_cast<int64_t>(value);
+      reply(connection, answer);
+      if (created) wake_parked();
+      return;
+    }
+    case StoreOp::kDelete:
+      answer.number = data.erase(request.keys[0]) > 0 ? 1 : 0;
+      break;
+    case StoreOp::kGet:
+    case StoreOp::kWait:
+      connection.parked_until = deadline_after_ms(request.number);
+      connection.parked = std::move(request);
+      try_answer(connection, connection.parked->number == 0);
+      return;
+  }
+  reply(connection, answer);
+}
+
+void StoreServer::State::serve_frames(Connection& connection) {
+  size_t offset = 0;
+  while (!connection.parked && !connection.closing && !connection.dead) {
+    const size_t available = connection.input.size() - offset;
+    if (available < kStoreFrameHeaderBytes) break;
+    uint32_t body = 0;
+    Status header = parse_store_frame_header(connection.input.data() + offset, available, &body);
+    if (!header.is_ok()) {
+      fail(connection, StoreReplyCode::kError, header.message() + "; closing the connection");
+      break;
+    }
+    // Until a client has shown the token, only a hello-sized frame is buffered for it.
+    if (!connection.authenticated && body > kPreHelloMaxFrameBytes) {
+      fail(connection, StoreReplyCode::kRefused,
+           fmt::format("store refused the client: a first message of {} bytes is not a hello "
+                       "(at most {} bytes)",
+                       body, kPreHelloMaxFrameBytes));
+      break;
+    }
+    if (available < kStoreFrameHeaderBytes + body) break;
+    StoreRequest request;
+    Status parsed = parse_store_request(connection.input.data() + offset + kStoreFrameHeaderBytes,
+                                        body, &request);
+    offset += kStoreFrameHeaderBytes + body;
+    if (!parsed.is_ok()) {
+      fail(connection, StoreReplyCode::kError, parsed.message() + "; closing the connection");
+      break;
+    }
+    handle(connection, std::move(request));
+  }
+  connection.input.erase(connection.input.begin(),
+                         connection.input.begin() + static_cast<std::ptrdiff_t>(offset));
+}
+
+void StoreServer::State::read_from(Connection& connection) {
+  uint8_t chunk[65536];
+  while (true) {
+    const ssize_t n = recv(connection.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (n > 0) {
+      connection.input.insert(connection.input.end(), chunk, chunk + n);
+      // Stop reading once a whole maximal frame is buffered; the rest waits in the kernel.
+      if (connection.input.size() > kStoreMaxFrameBytes + kStoreFrameHeaderBytes) break;
+      continue;
+    }
+    if (n == 0) {
+      connection.dead = true;  // the client left; a parked request dies with it
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      connection.dead = true;
+    }
+    break;
+  }
+}
+
+void StoreServer::State::write_to(Connection& connection) {
+  while (connection.output_sent < connection.output.size()) {
+    const ssize_t n =
+        send(connection.fd, connection.output.data() + connection.output_sent,
+             connection.output.size() - connection.output_sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      connection.output_sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    connection.dead = true;
+    return;
+  }
+  connection.output.clear();
+  connection.output_sent = 0;
+  if (connection.closing) connection.dead = true;
+}
+
+void StoreServer::State::accept_all() {
+  while (true) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ZRT_LOG_WARN("store: accept failed: {}", std::strerror(errno));
+      }
+      return;
+    }
+    auto connection = std::make_unique<Connection>();
+    connection->fd = fd;
+    connections.push_back(std::move(connection));
+  }
+}
+
+int StoreServer::State::poll_timeout_ms() const {
+  int timeout = -1;
+  for (const auto& connection : connections) {
+    if (!connection->parked) continue;
+    const int left = remaining_ms(connection->parked_until);
+    // +1 so that the wake-up lands after the deadline, not a millisecond before it.
+    timeout = timeout < 0 ? left + 1 : std::min(timeout, left + 1);
+  }
+  return timeout;
+}
+
+void StoreServer::State::run() {
+  std::vector<pollfd> entries;
+  while (!stopping.load()) {
+    entries.clear();
+    entries.push_back({listen_fd, POLLIN, 0});
+    entries.push_back({wake_read, POLLIN, 0});
+    for (const auto& connection : connections) {
+      short events = 0;
+      // A parked connection is still polled for input so that a vanished client is noticed.
+      if (connection->input.size() <= kStoreMaxFrameBytes + kStoreFrameHeaderBytes) {
+        events |= POLLIN;
+      }
+      if (connection->output.size() > connection->output_sent) events |= POLLOUT;
+      entries.push_back({connection->fd, events, 0});
+    }
+    const int ready = poll(entries.data(), entries.size(), poll_timeout_ms());
+    if (ready < 0 && errno != EINTR) {
+      ZRT_LOG_ERROR("store: poll failed: {}", std::strerror(errno));
+      break;
+    }
+    if (entries[1].revents != 0) {
+      char drain[64];
+      while (read(wake_read, drain, sizeof(drain)) > 0) {
+      }
+    }
+    if (stopping.load()) break;
+    const size_t polled = entries.size() - 2;
+    for (size_t i = 0; i < polled; ++i) {
+      Connection& connection = *connections[i];
+      const short revents = entries[i + 2].revents;
+      if (revents & (POLLIN | POLLHUP | POLLERR)) read_from(connection);
+      if (!connection.dead) serve_frames(connection);
+      if (connection.parked && !connection.dead) {
+        try_answer(connection, Clock::now() >= connection.parked_until);
+      }
+      if (!connection.dead && connection.output.size() > connection.output_sent) {
+        write_to(connection);
+      }
+    }
+    if (entries[0].revents & POLLIN) accept_all();
+    std::erase_if(connections, [](const std::unique_ptr<Connection>& connection) {
+      if (!connection->dead) return false;
+      close(connection->fd);
+      return true;
+    });
+  }
+  // Shutting down: give queued replies a bounded chance to leave, then close everything.
+  const Deadline flush_until = deadline_after_ms(flush_ms.load());
+  while (Clock::now() < flush_until) {
+    entries.clear();
+    std::vector<Connection*> writers;
+    for (const auto& connection : connections) {
+      if (!connection->dead && connection->output.size() > connection->output_sent) {
+        entries.push_back({connection->fd, POLLOUT, 0});
+        writers.push_back(connection.get());
+      }
+    }
+    if (writers.empty()) break;
+    if (poll(entries.data(), entries.size(), remaining_ms(flush_until)) <= 0) break;
+    for (size_t i = 0; i < writers.size(); ++i) {
+      if (entries[i].revents != 0) write_to(*writers[i]);
+    }
+  }
+}
+
+Status StoreServer::start(const std::string& host, int port, const std::string& token,
+                          std::unique_ptr<StoreServer>* server) {
+  if (port < 0 || port > 65535) {
+    return Status::invalid_argument("store port {} is not in 0..65535", port);
+  }
+  auto state = std::make_unique<State>();
+  state->token = token;
+  int bound_port = 0;
+  ZRT_RETURN_IF_ERROR(listen_tcp(host, port, &state->listen_fd, &bound_port));
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    return Status::system_error("store: creating the wake pipe", errno);
+  }
+  state->wake_read = pipe_fds[0];
+  state->wake_write = pipe_fds[1];
+  std::unique_ptr<StoreServer> created(new StoreServer());
+  created->port_ = bound_port;
+  created->state_ = std::move(state);
+  State* raw = created->state_.get();
+  created->thread_ = std::thread([raw] { raw->run(); });
+  ZRT_LOG_DEBUG("store: serving on {}:{}", host.empty() ? "*" : host, bound_port);
+  *server = std::move(created);
+  return Status::ok();
+}
+
+void StoreServer::stop(int64_t flush_ms) {
+  if (!thread_.joinable()) return;
+  state_->flush_ms.store(flush_ms);
+  state_->stopping.store(true);
+  const char byte = 1;
+  if (write(state_->wake_write, &byte, 1) < 0) {
+    // The pipe is non-blocking and only full if a wake-up is already pending: nothing to do.
+  }
+  thread_.join();
+  state_.reset();
+}
+
+StoreServer::~StoreServer() {
+  stop();
+}
+
+}  // namespace zrt

@@ -1,0 +1,49 @@
+// The rendezvous store's server: a key-value map behind one poll()-driven thread. Served by
+// rank 0, or by zrt-run so that a dying rank 0 does not take the store with it.
+//
+// Every connection must present the job token in its first request (a hello); otherwise it is
+// told why and disconnected. Get and wait requests block server-side (the connection is parked
+// with a deadline, the thread keeps serving others) until their keys exist or the deadline
+// passes; the reply to a timeout lists the keys still missing. Oversized or malformed messages
+// are answered with an error naming the fault, then the connection is closed.
+//
+// Thread-safety: start/port/stop may be called from any one thread; the map is touched only
+// by the server thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "lib/core/status.h"
+
+namespace zrt {
+
+class StoreServer {
+ public:
+  // Listens on host:port (host empty = any address, port 0 = ephemeral; see port()) and starts
+  // the serving thread.
+  static Status start(const std::string& host, int port, const std::string& token,
+                      std::unique_ptr<StoreServer>* server);
+
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  ~StoreServer();  // stop()
+
+  int port() const { return port_; }
+
+  // Stops serving: replies already queued get up to flush_ms to leave, then every connection
+  // closes and the thread is joined. Idempotent.
+  void stop(int64_t flush_ms = 500);
+
+  struct State;  // the serving thread's world; defined in store_server.cc
+
+ private:
+  StoreServer() = default;
+
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace zrt

@@ -1,0 +1,91 @@
+// A rank program for zrt-run's tests. Modes:
+//   env                  print the launcher variables on stdout, one line on stderr
+//   fail RANK CODE       rank RANK exits with CODE at once; the others sleep, then say so
+//   kill RANK            rank RANK kills itself with SIGKILL; the others sleep
+//   bootstrap            all-gather the ranks through the launcher's store and print them
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/bootstrap/bootstrap.h"
+
+namespace {
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
+int rank_from_env() {
+  return std::atoi(env_or("RANK", "-1"));
+}
+
+// Sleeps long enough that only zrt-run's termination can end it in a fast test.
+int sleep_then_report() {
+  std::printf("waiting\n");
+  std::fflush(stdout);
+  sleep(30);
+  std::printf("survived\n");
+  return 0;
+}
+
+int bootstrap_mode() {
+  zrt::EnvRanks ranks;
+  zrt::Status status = zrt::read_env_ranks(&ranks);
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "read_env_ranks: %s\n", status.message().c_str());
+    return 2;
+  }
+  std::unique_ptr<zrt::Bootstrap> bootstrap;
+  status = zrt::create_store_bootstrap(ranks, 20000, &bootstrap);
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "create_store_bootstrap: %s\n", status.message().c_str());
+    return 3;
+  }
+  const int mine = bootstrap->rank() * 10;
+  std::vector<int> all(static_cast<size_t>(bootstrap->size()));
+  status = bootstrap->allgather(&mine, all.data(), sizeof(mine));
+  if (status.is_ok()) status = bootstrap->barrier();
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "bootstrap: %s\n", status.message().c_str());
+    return 4;
+  }
+  std::string line = "gathered";
+  for (int value : all) line += " " + std::to_string(value);
+  std::printf("%s external=%d\n", line.c_str(), ranks.store_external ? 1 : 0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "env") {
+    std::printf("RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s\n",
+                env_or("RANK", "-"), env_or("WORLD_SIZE", "-"), env_or("LOCAL_RANK", "-"),
+                env_or("LOCAL_WORLD_SIZE", "-"), env_or("MASTER_ADDR", "-"));
+    std::printf("MASTER_PORT=%s ZRT_STORE_EXTERNAL=%s TOKEN_LENGTH=%zu ZRT_RANK=%s\n",
+                env_or("MASTER_PORT", "-"), env_or("ZRT_STORE_EXTERNAL", "-"),
+                std::strlen(env_or("ZRT_JOB_TOKEN", "")), env_or("ZRT_RANK", "unset"));
+    std::fprintf(stderr, "to stderr\n");
+    std::printf("no newline at the end");
+    return 0;
+  }
+  if (mode == "fail" && argc == 4) {
+    if (rank_from_env() == std::atoi(argv[2])) return std::atoi(argv[3]);
+    return sleep_then_report();
+  }
+  if (mode == "kill" && argc == 3) {
+    if (rank_from_env() == std::atoi(argv[2])) raise(SIGKILL);
+    return sleep_then_report();
+  }
+  if (mode == "bootstrap") return bootstrap_mode();
+  std::fprintf(stderr, "usage: zrt_run_helper env | fail RANK CODE | kill RANK | bootstrap\n");
+  return 64;
+}

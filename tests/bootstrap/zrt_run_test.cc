@@ -1,0 +1,167 @@
+// zrt-run end to end: it launches real ranks of zrt_run_helper and is judged by its exit status
+// and its stdout / stderr, captured separately.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  std::chrono::milliseconds elapsed{0};
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string path_from_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+// Runs zrt-run with `args` (the helper's path is appended before helper_args), bounded by
+// zrt-run's own --timeout so that a broken launcher cannot hang the test.
+// signal_after_ms > 0: send SIGTERM to zrt-run that long after it started.
+RunResult run_launcher(const std::vector<std::string>& args,
+                       const std::vector<std::string>& helper_args, int signal_after_ms = 0) {
+  char dir_template[] = "/tmp/zrt-run-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<std::string> argv = {path_from_env("ZRT_RUN_EXE"), "--timeout", "20"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(path_from_env("ZRT_RUN_HELPER"));
+  argv.insert(argv.end(), helper_args.begin(), helper_args.end());
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = open((dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    std::vector<char*> raw;
+    for (std::string& arg : argv) raw.push_back(arg.data());
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  RunResult result;
+  int status = 0;
+  if (signal_after_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(signal_after_ms));
+    kill(pid, SIGTERM);
+  }
+  waitpid(pid, &status, 0);
+  result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_file(dir + "/out");
+  result.err = read_file(dir + "/err");
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class ZrtRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(path_from_env("ZRT_RUN_EXE"))) << "set ZRT_RUN_EXE";
+    ASSERT_TRUE(std::filesystem::exists(path_from_env("ZRT_RUN_HELPER"))) << "set ZRT_RUN_HELPER";
+  }
+};
+
+TEST_F(ZrtRun, EnvironmentAndPrefixedStreams) {
+  setenv("ZRT_RANK", "99", 1);  // would outrank RANK: the launcher must clear it
+  RunResult result = run_launcher({"-n", "3"}, {"env"});
+  unsetenv("ZRT_RANK");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string prefix = "[" + std::to_string(rank) + "] ";
+    EXPECT_TRUE(contains(result.out, prefix + "RANK=" + std::to_string(rank) +
+                                         " WORLD_SIZE=3 LOCAL_RANK=" + std::to_string(rank) +
+                                         " LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1\n"))
+        << result.out;
+    EXPECT_TRUE(contains(result.out, prefix + "MASTER_PORT=")) << result.out;
+    EXPECT_TRUE(contains(result.out, "ZRT_STORE_EXTERNAL=1 TOKEN_LENGTH=32 ZRT_RANK=unset"))
+        << result.out;
+    EXPECT_TRUE(contains(result.out, prefix + "no newline at the end\n")) << result.out;
+    EXPECT_TRUE(contains(result.err, prefix + "to stderr\n")) << result.err;
+    EXPECT_FALSE(contains(result.out, prefix + "to stderr")) << "stderr leaked into stdout";
+  }
+}
+
+TEST_F(ZrtRun, NoPrefixAndTagOutput) {
+  RunResult plain = run_launcher({"-n", "2", "--no-prefix"}, {"env"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_TRUE(contains(plain.out, "\nRANK=1 ") || plain.out.rfind("RANK=1 ", 0) == 0) << plain.out;
+  EXPECT_FALSE(contains(plain.out, "[0]")) << plain.out;
+  RunResult tagged = run_launcher({"-n", "2", "--tag-output"}, {"env"});
+  ASSERT_EQ(tagged.exit_code, 0) << tagged.err;
+  EXPECT_TRUE(contains(tagged.out, "[1:stdout] RANK=1 ")) << tagged.out;
+  EXPECT_TRUE(contains(tagged.err, "[0:stderr] to stderr")) << tagged.err;
+}
+
+TEST_F(ZrtRun, FailingRankIsReportedAndOthersTerminated) {
+  RunResult result = run_launcher({"-n", "3", "--grace-ms", "1000"}, {"fail", "2", "3"});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_TRUE(contains(result.err, "zrt-run: rank 2 exited with code 3")) << result.err;
+  EXPECT_FALSE(contains(result.out, "survived")) << result.out;
+  EXPECT_LT(result.elapsed, std::chrono::milliseconds(15000));
+}
+
+TEST_F(ZrtRun, KilledRankIsReportedBySignal) {
+  RunResult result = run_launcher({"-n", "3", "--grace-ms", "1000"}, {"kill", "1"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_TRUE(contains(result.err, "zrt-run: rank 1 killed by signal 9 (Killed)")) << result.err;
+  EXPECT_FALSE(contains(result.out, "survived")) << result.out;
+  EXPECT_LT(result.elapsed, std::chrono::milliseconds(15000));
+}
+
+TEST_F(ZrtRun, SigtermIsForwardedToTheRanks) {
+  RunResult result = run_launcher({"-n", "3", "--grace-ms", "5000"}, {"fail", "99", "0"}, 500);
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  EXPECT_TRUE(contains(result.err, "forwarding it to the ranks")) << result.err;
+  EXPECT_TRUE(contains(result.out, "[2] waiting")) << result.out;
+  EXPECT_FALSE(contains(result.out, "survived")) << result.out;
+  EXPECT_LT(result.elapsed, std::chrono::milliseconds(4500));  // before the SIGKILL fallback
+}
+
+TEST_F(ZrtRun, RanksMeetInTheLaunchersStore) {
+  RunResult result = run_launcher({"-n", "4"}, {"bootstrap"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(
+        contains(result.out, "[" + std::to_string(rank) + "] gathered 0 10 20 30 external=1"))
+        << result.out;
+  }
+}
+
+TEST_F(ZrtRun, MissingProgramAndBadOptions) {
+  RunResult missing = run_launcher({"-n", "2", "/nonexistent/program"}, {});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_TRUE(contains(missing.err, "cannot execute '/nonexistent/program'")) << missing.err;
+  RunResult bad = run_launcher({"-n", "0"}, {"env"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(contains(bad.err, "--ranks")) << bad.err;
+}
+
+}  // namespace

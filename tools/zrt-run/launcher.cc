@@ -1,0 +1,407 @@
+// How zrt-run supervises a job.
+//
+// The launcher serves the rendezvous store itself (ZRT_STORE_EXTERNAL=1), so a rank 0 that
+// dies does not take the store with it and the other ranks fail with a clear error instead of
+// a connection reset. Each rank runs in its own process group with stdout and stderr on two
+// pipes; one poll() loop relays their lines, and a signalfd turns SIGCHLD, SIGINT and SIGTERM
+// into events of the same loop, so there are no signal handlers and nothing spins.
+//
+// Failure policy: the first rank that exits non-zero or dies by a signal is reported by number;
+// every other rank's process group gets SIGTERM, and SIGKILL after the grace period. SIGINT
+// and SIGTERM sent to zrt-run are forwarded to every rank the same way. After the last rank
+// exits, output still in the pipes is drained (bounded, in case a rank left children holding
+// them).
+#include "tools/zrt-run/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "lib/bootstrap/store_server.h"
+#include "tools/zrt-run/line_relay.h"
+
+extern char** environ;
+
+namespace zrt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kDrainAfterExit = std::chrono::milliseconds(2000);
+
+// Variables the launcher sets, plus those that would outrank them in read_env_ranks.
+const std::set<std::string> kReplacedVariables = {
+    "RANK",           "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",    "MASTER_PORT",    "ZRT_JOB_TOKEN",  "ZRT_STORE_EXTERNAL",
+    "ZRT_RANK",       "ZRT_WORLD_SIZE", "ZRT_LOCAL_RANK", "ZRT_LOCAL_WORLD_SIZE",
+    "ZRT_STORE_ADDR", "ZRT_STORE_PORT"};
+
+struct RankProcess {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int wait_status = 0;
+  int out_fd = -1;
+  int err_fd = -1;
+  std::unique_ptr<LineRelay> out;
+  std::unique_ptr<LineRelay> err;
+};
+
+void message(const std::string& text) {
+  const std::string line = "zrt-run: " + text + "\n";
+  if (write(STDERR_FILENO, line.data(), line.size()) < 0) {
+    // stderr is gone; there is nowhere left to report to.
+  }
+}
+
+// 16 random bytes as hex: enough that a stray client of another job cannot guess it.
+std::optional<std::string> random_token() {
+  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  unsigned char bytes[16];
+  const ssize_t n = read(fd, bytes, sizeof(bytes));
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(bytes))) return std::nullopt;
+  std::string token;
+  for (unsigned char byte : bytes) token += fmt::format("{:02x}", byte);
+  return token;
+}
+
+std::vector<std::string> rank_environment(int rank, const LaunchOptions& options, int port,
+                                          const std::string& token) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const std::string name = text.substr(0, text.find('='));
+    if (kReplacedVariables.count(name) == 0) env.push_back(text);
+  }
+  env.push_back(fmt::format("RANK={}", rank));
+  env.push_back(fmt::format("WORLD_SIZE={}", options.ranks));
+  env.push_back(fmt::format("LOCAL_RANK={}", rank));
+  env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", options.ranks));
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back(fmt::format("MASTER_PORT={}", port));
+  env.push_back("ZRT_JOB_TOKEN=" + token);
+  env.push_back("ZRT_STORE_EXTERNAL=1");
+  return env;
+}
+
+std::string describe_exit(int rank, int status) {
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
+  }
+  return fmt::format("rank {} exited with code {}", rank, WEXITSTATUS(status));
+}
+
+bool failed(int status) {
+  return WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+}
+
+class Job {
+ public:
+  explicit Job(const LaunchOptions& options) : options_(options) {}
+  int run();
+
+ private:
+  bool start_ranks(int port, const std::string& token, const sigset_t& original_mask);
+  void signal_all(int signal);
+  void begin_termination(const std::string& reason);
+  void reap();
+  void relay(RankProcess& process, bool error_stream);
+  int running_count() const;
+
+  const LaunchOptions& options_;
+  std::vector<RankProcess> ranks_;
+  bool terminating_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_at_;
+  int exit_code_ = 0;  // the first failure decides
+  int interrupted_by_ = 0;
+};
+
+int Job::running_count() const {
+  int count = 0;
+  for (const RankProcess& process : ranks_) count += process.running ? 1 : 0;
+  return count;
+}
+
+bool Job::start_ranks(int port, const std::string& token, const sigset_t& original_mask) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ranks_.resize(static_cast<size_t>(options_.ranks));
+  for (int rank = 0; rank < options_.ranks; ++rank) {
+    RankProcess& process = ranks_[static_cast<size_t>(rank)];
+    process.rank = rank;
+    // Everything the child needs is built before fork(): the store's thread is running, so the
+    // child may only make async-signal-safe calls until exec.
+    const std::vector<std::string> env = rank_environment(rank, options_, port, token);
+    std::vector<char*> envp;
+    for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
+    envp.push_back(nullptr);
+    std::vector<char*> argv;
+    for (const std::string& arg : options_.command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    const std::string exec_failed =
+        fmt::format("zrt-run: rank {} cannot execute '{}': ", rank, options_.command[0]);
+    int out_pipe[2];
+    int err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+      message(fmt::format("cannot create pipes for rank {}: {}", rank, strerror(errno)));
+      return false;
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      message(fmt::format("cannot fork rank {}: {}", rank, strerror(errno)));
+      return false;
+    }
+    if (pid == 0) {
+      setpgid(0, 0);  // its own group: signals reach the rank and anything it started
+      const int null_fd = open("/dev/null", O_RDONLY);
+      if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      signal(SIGPIPE, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+      // --bind: CPU binding of this rank goes here (another engineer adds it).
+      execvpe(argv[0], argv.data(), envp.data());
+      const int err = errno;
+      ssize_t ignored = write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
+      const char* reason = strerror(err);
+      ignored = write(STDERR_FILENO, reason, strlen(reason));
+      ignored = write(STDERR_FILENO, "\n", 1);
+      (void)ignored;
+      _exit(127);
+    }
+    setpgid(pid, pid);  // also here, so that a signal sent before the child ran still lands
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    process.pid = pid;
+    process.running = true;
+    process.out_fd = out_pipe[0];
+    process.err_fd = err_pipe[0];
+    const std::string out_prefix = options_.tag_output ? fmt::format("[{}:stdout] ", rank)
+                                   : options_.prefix   ? fmt::format("[{}] ", rank)
+                                                       : "";
+    const std::string err_prefix = options_.tag_output ? fmt::format("[{}:stderr] ", rank)
+                                   : options_.prefix   ? fmt::format("[{}] ", rank)
+                                                       : "";
+    process.out = std::make_unique<LineRelay>(STDOUT_FILENO, out_prefix);
+    process.err = std::make_unique<LineRelay>(STDERR_FILENO, err_prefix);
+  }
+  return true;
+}
+
+void Job::signal_all(int signal) {
+  for (const RankProcess& process : ranks_) {
+    if (process.running) kill(-process.pid, signal);
+  }
+}
+
+void Job::begin_termination(const std::string& reason) {
+  if (terminating_) return;
+  terminating_ = true;
+  kill_at_ = Clock::now() + std::chrono::milliseconds(options_.grace_ms);
+  std::string others;
+  int count = 0;
+  for (const RankProcess& process : ranks_) {
+    if (!process.running) continue;
+    others += (count++ == 0 ? "" : ", ") + std::to_string(process.rank);
+  }
+  if (count > 0) {
+    message(fmt::format("{}; terminating {} {} (SIGKILL after {} ms)", reason,
+                        count == 1 ? "rank" : "ranks", others, options_.grace_ms));
+  }
+  signal_all(SIGTERM);
+}
+
+void Job::reap() {
+  for (RankProcess& process : ranks_) {
+    if (!process.running) continue;
+    int status = 0;
+    const pid_t done = waitpid(process.pid, &status, WNOHANG);
+    if (done != process.pid) continue;
+    process.running = false;
+    process.wait_status = status;
+    if (!failed(status)) continue;
+    // Once the job is being brought down, deaths are the consequence, not the cause.
+    if (terminating_ || interrupted_by_ != 0) continue;
+    message(describe_exit(process.rank, status));
+    if (exit_code_ == 0) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    begin_termination(fmt::format("rank {} failed", process.rank));
+  }
+}
+
+void Job::relay(RankProcess& process, bool error_stream) {
+  int& fd = error_stream ? process.err_fd : process.out_fd;
+  LineRelay& relay = error_stream ? *process.err : *process.out;
+  char buffer[65536];
+  const ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n > 0) {
+    relay.feed(std::string_view(buffer, static_cast<size_t>(n)));
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  relay.finish();
+  close(fd);
+  fd = -1;
+}
+
+int Job::run() {
+  // SIGCHLD, SIGINT and SIGTERM become readable events on a signalfd. They are blocked before
+  // the store's thread starts so that no thread takes them the old way.
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGCHLD);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGHUP);
+  sigset_t original_mask;
+  pthread_sigmask(SIG_BLOCK, &handled, &original_mask);
+  // A launcher started in the background by a script inherits SIGINT ignored; an ignored
+  // signal never reaches the signalfd, and the ranks would inherit the ignoring too. Blocked
+  // and read from the signalfd, the default action never runs here.
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) signal(signal_number, SIG_DFL);
+  const int signal_fd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    message(fmt::format("signalfd: {}", strerror(errno)));
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher mid-job
+
+  const std::optional<std::string> token = random_token();
+  if (!token) {
+    message("cannot read a job token from /dev/urandom");
+    return 1;
+  }
+  std::unique_ptr<StoreServer> store;
+  Status served = StoreServer::start("127.0.0.1", options_.port, *token, &store);
+  if (!served.is_ok()) {
+    message("cannot serve the rendezvous store: " + served.message());
+    return 1;
+  }
+  if (!start_ranks(store->port(), *token, original_mask)) {
+    exit_code_ = 1;
+    begin_termination("launch failed");
+  }
+
+  // Deadlines as plain time points with flags (std::optional trips GCC's maybe-uninitialized).
+  const bool has_job_deadline = options_.timeout_s > 0;
+  const Clock::time_point job_deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000));
+  bool draining = false;
+  Clock::time_point drain_until;
+  std::vector<pollfd> entries;
+  std::vector<std::pair<RankProcess*, bool>> owners;  // which pipe each entry is
+  while (true) {
+    reap();
+    if (running_count() == 0 && !draining) {
+      draining = true;
+      drain_until = Clock::now() + kDrainAfterExit;
+    }
+    entries.assign(1, pollfd{signal_fd, POLLIN, 0});
+    owners.assign(1, {nullptr, false});
+    for (RankProcess& process : ranks_) {
+      if (process.out_fd >= 0) {
+        entries.push_back({process.out_fd, POLLIN, 0});
+        owners.push_back({&process, false});
+      }
+      if (process.err_fd >= 0) {
+        entries.push_back({process.err_fd, POLLIN, 0});
+        owners.push_back({&process, true});
+      }
+    }
+    if (draining && (entries.size() == 1 || Clock::now() >= drain_until)) break;
+
+    bool has_wake = false;
+    Clock::time_point wake = Clock::time_point::max();
+    auto earliest = [&](Clock::time_point at) {
+      has_wake = true;
+      wake = std::min(wake, at);
+    };
+    if (terminating_ && !killed_) earliest(kill_at_);
+    if (has_job_deadline && !terminating_) earliest(job_deadline);
+    if (draining) earliest(drain_until);
+    int timeout_ms = -1;
+    if (has_wake) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, left) + 1);
+    }
+    const int ready = poll(entries.data(), entries.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      message(fmt::format("poll: {}", strerror(errno)));
+      signal_all(SIGKILL);
+      return 1;
+    }
+    if (entries[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+        const int signal = static_cast<int>(info.ssi_signo);
+        if (signal == SIGCHLD) continue;  // reap() runs at the top of the loop
+        if (interrupted_by_ == 0) {
+          interrupted_by_ = signal;
+          if (exit_code_ == 0) exit_code_ = 128 + signal;
+          message(fmt::format("received {}; forwarding it to the ranks", strsignal(signal)));
+        }
+        signal_all(signal);
+        if (!terminating_) {
+          terminating_ = true;
+          kill_at_ = Clock::now() + std::chrono::milliseconds(options_.grace_ms);
+        }
+      }
+    }
+    for (size_t i = 1; i < entries.size(); ++i) {
+      if (entries[i].revents != 0) relay(*owners[i].first, owners[i].second);
+    }
+    const auto now = Clock::now();
+    if (terminating_ && !killed_ && now >= kill_at_ && running_count() > 0) {
+      killed_ = true;
+      message("grace period over; sending SIGKILL to the remaining ranks");
+      signal_all(SIGKILL);
+    }
+    if (has_job_deadline && !terminating_ && now >= job_deadline) {
+      message(fmt::format("job exceeded --timeout {} s", options_.timeout_s));
+      if (exit_code_ == 0) exit_code_ = 124;
+      begin_termination("timeout");
+    }
+  }
+  for (RankProcess& process : ranks_) {
+    // Pipes still open after the drain period belong to children the ranks left behind.
+    if (process.out_fd >= 0) {
+      process.out->finish();
+      close(process.out_fd);
+    }
+    if (process.err_fd >= 0) {
+      process.err->finish();
+      close(process.err_fd);
+    }
+  }
+  store->stop();
+  close(signal_fd);
+  return exit_code_;
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) {
+  Job job(options);
+  return job.run();
+}
+
+}  // namespace zrt

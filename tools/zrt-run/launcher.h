@@ -1,0 +1,27 @@
+// zrt-run's job control: serve the rendezvous store, start N local ranks with a launcher's
+// environment, relay their output, and bring the whole job down when one rank fails.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zrt {
+
+struct LaunchOptions {
+  int ranks = 1;
+  int port = 0;             // the store's port; 0 = any free port
+  bool prefix = true;       // "[rank] " before every output line
+  bool tag_output = false;  // "[rank:stdout] " / "[rank:stderr] " instead
+  double timeout_s = 0;     // kill the job after this long; 0 = no limit
+  int64_t grace_ms = 3000;  // between SIGTERM and SIGKILL when bringing the job down
+  // --bind: CPU binding from hwloc goes here (another engineer adds it; not implemented yet).
+  // Expected shape: a policy field read by the launcher right after fork(), before exec().
+  std::vector<std::string> command;  // program and its arguments
+};
+
+// Runs the job to completion and returns zrt-run's exit status: 0 only when every rank exited
+// with 0. Diagnostics ("zrt-run: rank 2 exited with code 3") go to stderr.
+int run_job(const LaunchOptions& options);
+
+}  // namespace zrt
