@@ -580,6 +580,25 @@ typedef struct zrt_partition_memory {
  * ZRT_INVALID_ARGUMENT (NULL, size too small), ZRT_INVALID_USAGE (not finalized). */
 ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory);
 
+/* Counters of the stage 3 gather window since finalize (all zero in stages 0-2 except
+ * fetches), for tuning prefetch_depth and the byte budgets. */
+typedef struct zrt_partition_stats {
+  size_t size; /* sizeof(zrt_partition_stats_t); set before the call */
+  uint64_t fetches;
+  uint64_t gathers;       /* all-gathers issued on demand */
+  uint64_t prefetches;    /* all-gathers issued ahead */
+  uint64_t prefetch_hits; /* fetches that found their unit gathered or in flight */
+  uint64_t evictions;     /* prefetched units dropped unused (the fetch order changed) */
+  int max_gathered_units; /* peak of non-persistent units in the window at once */
+  uint64_t max_gathered_bytes;
+  int order_recorded;    /* 1 once the first step's fetch order is used for prefetching */
+  int order_invalidated; /* 1 if a later fetch departed from it (declared order since) */
+} zrt_partition_stats_t;
+
+/* Reads the window counters. Local. Errors: ZRT_INVALID_ARGUMENT (NULL, size too small),
+ * ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats_t* stats);
+
 /* ---------------------------------------------------------------------------------------------
  * CUDA (device memory through NCCL)
  *

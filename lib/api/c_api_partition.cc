@@ -1,0 +1,239 @@
+// The C API of the partition managers: argument checks and handle plumbing over
+// zrt::PartitionManager (lib/partition).
+#include <memory>
+#include <string>
+
+#include "lib/api/api_common.h"
+#include "lib/partition/config.h"
+#include "lib/partition/memory_model.h"
+#include "lib/partition/partition_manager.h"
+
+inline constexpr uint32_t kPartitionMagic = 0x7a725041;
+
+struct zrt_partition {
+  uint32_t magic = kPartitionMagic;
+  zrt_comm* comm = nullptr;
+  std::unique_ptr<zrt::PartitionManager> impl;
+};
+
+namespace {
+
+zrt::Status check_pm(const zrt_partition* pm) {
+  if (pm == nullptr) return zrt::Status::invalid_argument("pm is NULL");
+  if (pm->magic != kPartitionMagic || pm->impl == nullptr) {
+    return zrt::Status::invalid_argument("pm is not a live zrt_partition_t");
+  }
+  return zrt::Status::ok();
+}
+
+// Output structs carry their size; the caller's must hold at least the first field after it.
+template <typename T, typename Field>
+zrt::Status check_sized(const T* out, const char* arg, size_t minimum_end) {
+  ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(out, arg));
+  if (out->size < minimum_end) {
+    return zrt::Status::invalid_argument("{}->size is {}; set it to sizeof the struct", arg,
+                                         out->size);
+  }
+  (void)sizeof(Field);
+  return zrt::Status::ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+zrt_status_t zrt_partition_config_load(const char* path, zrt_partition_config_t* config) {
+  ZRT_API_BODY("zrt_partition_config_load", {
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(path, "path"));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(config, "config"));
+    zrt::PartitionOptions options;
+    ZRT_RETURN_IF_ERROR(zrt::partition_options_from_config(config, &options));
+    ZRT_RETURN_IF_ERROR(zrt::partition_options_load_json_file(path, &options));
+    zrt::partition_options_to_config(options, config);
+    return zrt::Status::ok();
+  });
+}
+
+zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t* config,
+                                  zrt_partition_t* pm) {
+  ZRT_API_BODY("zrt_partition_create", {
+    ZRT_RETURN_IF_ERROR(zrt::api::check_comm(comm, "comm"));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(pm, "pm"));
+    zrt::PartitionOptions options;
+    ZRT_RETURN_IF_ERROR(zrt::partition_options_from_config(config, &options));
+    if (options.mem_kind != ZRT_MEM_HOST) {
+      return zrt::Status(ZRT_UNSUPPORTED,
+                         "config.mem_kind: partition buffers in ZRT_MEM_CUDA memory are not "
+                         "available in this build");
+    }
+    auto handle = std::make_unique<zrt_partition>();
+    handle->comm = comm;
+    handle->impl = std::make_unique<zrt::PartitionManager>(*comm->impl, options);
+    *pm = handle.release();
+    return zrt::Status::ok();
+  });
+}
+
+zrt_status_t zrt_partition_destroy(zrt_partition_t pm) {
+  ZRT_API_BODY("zrt_partition_destroy", {
+    if (pm == nullptr) return zrt::Status::ok();
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    zrt::Status status = pm->impl->destroy();
+    pm->impl.reset();
+    pm->magic = kDeadMagic;
+    delete pm;
+    return status;
+  });
+}
+
+zrt_status_t zrt_partition_add_unit(zrt_partition_t pm, const char* name, int* unit) {
+  ZRT_API_BODY("zrt_partition_add_unit", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(unit, "unit"));
+    return pm->impl->add_unit(name != nullptr ? name : "", unit);
+  });
+}
+
+zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* name, size_t numel,
+                                     uint32_t flags, int* param) {
+  ZRT_API_BODY("zrt_partition_add_param", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(param, "param"));
+    return pm->impl->add_param(unit, name != nullptr ? name : "", numel, flags, param);
+  });
+}
+
+zrt_status_t zrt_partition_finalize(zrt_partition_t pm) {
+  ZRT_API_BODY("zrt_partition_finalize", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->finalize();
+  });
+}
+
+zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, const void* values,
+                                      zrt_dtype_t dtype) {
+  ZRT_API_BODY("zrt_partition_load_param", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->load_param(param, values, dtype);
+  });
+}
+
+zrt_status_t zrt_partition_param_info(zrt_partition_t pm, int param, zrt_param_info_t* info) {
+  ZRT_API_BODY("zrt_partition_param_info", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(
+        (check_sized<zrt_param_info_t, int>(info, "info", sizeof(zrt_param_info_t))));
+    zrt_param_info_t out = *info;
+    ZRT_RETURN_IF_ERROR(pm->impl->param_info(param, &out));
+    *info = out;
+    return zrt::Status::ok();
+  });
+}
+
+zrt_status_t zrt_partition_shard_pieces(zrt_partition_t pm, const zrt_shard_piece_t** pieces,
+                                        size_t* count) {
+  ZRT_API_BODY("zrt_partition_shard_pieces", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(pieces, "pieces"));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(count, "count"));
+    return pm->impl->shard_pieces(pieces, count);
+  });
+}
+
+zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit) {
+  ZRT_API_BODY("zrt_partition_fetch", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->fetch(unit);
+  });
+}
+
+zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit) {
+  ZRT_API_BODY("zrt_partition_release", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->release(unit);
+  });
+}
+
+zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data) {
+  ZRT_API_BODY("zrt_partition_param_data", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(data, "data"));
+    return pm->impl->param_data(param, data);
+  });
+}
+
+zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad) {
+  ZRT_API_BODY("zrt_partition_grad_data", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(grad, "grad"));
+    return pm->impl->grad_data(param, grad);
+  });
+}
+
+zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync) {
+  ZRT_API_BODY("zrt_partition_set_sync", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->set_sync(sync != 0);
+  });
+}
+
+zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit) {
+  ZRT_API_BODY("zrt_partition_grad_ready", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->grad_ready(unit);
+  });
+}
+
+zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_nonfinite) {
+  ZRT_API_BODY("zrt_partition_grad_norm", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    bool nonfinite = false;
+    double value = 0;
+    ZRT_RETURN_IF_ERROR(pm->impl->grad_norm(norm != nullptr ? &value : nullptr,
+                                            has_nonfinite != nullptr ? &nonfinite : nullptr));
+    if (norm != nullptr) *norm = value;
+    if (has_nonfinite != nullptr) *has_nonfinite = nonfinite ? 1 : 0;
+    return zrt::Status::ok();
+  });
+}
+
+zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, void* user_data) {
+  ZRT_API_BODY("zrt_partition_step", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->step(optimizer, user_data);
+  });
+}
+
+zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory) {
+  ZRT_API_BODY("zrt_partition_memory", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR((check_sized<zrt_partition_memory_t, int>(memory, "memory",
+                                                                  sizeof(zrt_partition_memory_t))));
+    zrt::MemoryFigures figures;
+    ZRT_RETURN_IF_ERROR(pm->impl->memory(&figures));
+    zrt::memory_figures_to_c(figures, memory);
+    return zrt::Status::ok();
+  });
+}
+
+zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats_t* stats) {
+  ZRT_API_BODY("zrt_partition_stats", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(
+        (check_sized<zrt_partition_stats_t, int>(stats, "stats", sizeof(zrt_partition_stats_t))));
+    zrt::WindowStats s;
+    ZRT_RETURN_IF_ERROR(pm->impl->window_stats(&s));
+    stats->fetches = s.fetches;
+    stats->gathers = s.gathers;
+    stats->prefetches = s.prefetches;
+    stats->prefetch_hits = s.prefetch_hits;
+    stats->evictions = s.evictions;
+    stats->max_gathered_units = s.max_gathered_units;
+    stats->max_gathered_bytes = s.max_gathered_bytes;
+    stats->order_recorded = s.order_recorded ? 1 : 0;
+    stats->order_invalidated = s.order_invalidated ? 1 : 0;
+    return zrt::Status::ok();
+  });
+}
+
+}  // extern "C"

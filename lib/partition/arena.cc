@@ -1,0 +1,82 @@
+#include "lib/partition/arena.h"
+
+#include <cstring>
+
+#include "transports/transport.h"
+
+namespace zrt {
+namespace {
+
+class HostArenaBackend final : public ArenaBackend {
+ public:
+  explicit HostArenaBackend(Transport& transport) : transport_(transport) {}
+  Status allocate(size_t bytes, void** block) override {
+    ZRT_RETURN_IF_ERROR(transport_.alloc_registered(bytes, block));
+    std::memset(*block, 0, bytes);
+    return Status::ok();
+  }
+  void free(void* block) override { transport_.free_registered(block); }
+
+ private:
+  Transport& transport_;
+};
+
+}  // namespace
+
+std::unique_ptr<ArenaBackend> create_host_arena_backend(Transport& transport) {
+  return std::make_unique<HostArenaBackend>(transport);
+}
+
+Arena::~Arena() {
+  if (block_ != nullptr) backend_->free(block_);
+}
+
+size_t Arena::plan(size_t bytes, MemoryCategory category) {
+  if (entry_count_ == entry_capacity_) {
+    const size_t capacity = entry_capacity_ == 0 ? 32 : entry_capacity_ * 2;
+    auto grown = std::make_unique<Entry[]>(capacity);
+    for (size_t i = 0; i < entry_count_; ++i) grown[i] = entries_[i];
+    entries_ = std::move(grown);
+    entry_capacity_ = capacity;
+  }
+  entries_[entry_count_] = Entry{total_, bytes, category};
+  total_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return entry_count_++;
+}
+
+Status Arena::commit() {
+  if (block_ != nullptr) return Status(ZRT_INTERNAL_ERROR, "arena committed twice");
+  const size_t bytes = total_ == 0 ? kAlignment : total_;
+  Status status = backend_->allocate(bytes, &block_);
+  if (!status.is_ok()) {
+    block_ = nullptr;
+    return status.with_context(fmt::format("allocating the {}-byte partition arena", bytes));
+  }
+  return Status::ok();
+}
+
+void* Arena::address(size_t handle) const {
+  if (entries_[handle].bytes == 0) return nullptr;
+  return static_cast<char*>(block_) + entries_[handle].offset;
+}
+
+void Arena::measure(MemoryFigures* f) const {
+  uint64_t sums[static_cast<int>(MemoryCategory::kCount)] = {};
+  for (size_t i = 0; i < entry_count_; ++i) {
+    sums[static_cast<int>(entries_[i].category)] += entries_[i].bytes;
+  }
+  f->full_params = sums[static_cast<int>(MemoryCategory::kFullParams)];
+  f->param_shard = sums[static_cast<int>(MemoryCategory::kParamShard)];
+  f->gradients = sums[static_cast<int>(MemoryCategory::kGradients)];
+  f->grad_shard = sums[static_cast<int>(MemoryCategory::kGradShard)];
+  f->master = sums[static_cast<int>(MemoryCategory::kMaster)];
+  f->optimizer_state = sums[static_cast<int>(MemoryCategory::kOptimizerState)];
+  f->buckets = sums[static_cast<int>(MemoryCategory::kBuckets)];
+  f->gather_window = sums[static_cast<int>(MemoryCategory::kGatherWindow)];
+  f->grad_staging = sums[static_cast<int>(MemoryCategory::kGradStaging)];
+  f->model_state = f->full_params + f->param_shard + f->gradients + f->grad_shard + f->master +
+                   f->optimizer_state;
+  f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging;
+}
+
+}  // namespace zrt

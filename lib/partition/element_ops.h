@@ -1,0 +1,36 @@
+// ElementOps: every element-wise operation the partition manager performs (copy, zero,
+// convert, accumulate, scale, norm) goes through this one small interface, so that a device
+// variant (ZRT_MEM_CUDA) slots in without touching the manager's logic. The host variant runs
+// the vectorised kernels of collectives/reduce.
+//
+// Thread-safety: implementations are stateless; calls from the training thread and from the
+// progress thread (host functions after a reduce-scatter) may run concurrently on disjoint
+// buffers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class ElementOps {
+ public:
+  virtual ~ElementOps() = default;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  // out = in, converted (rounding to nearest even).
+  virtual void convert(zrt_dtype_t from, const void* in, zrt_dtype_t to, void* out,
+                       size_t count) = 0;
+  // dst += scale * src, src converted to dst's dtype first.
+  virtual void accumulate(zrt_dtype_t src_dtype, const void* src, zrt_dtype_t dst_dtype, void* dst,
+                          size_t count, double scale) = 0;
+  virtual void scale(zrt_dtype_t dtype, void* data, size_t count, double factor) = 0;
+  virtual void sum_squares(zrt_dtype_t dtype, const void* data, size_t count, double* sum,
+                           bool* nonfinite) = 0;
+};
+
+std::unique_ptr<ElementOps> create_host_element_ops();
+
+}  // namespace zrt

@@ -1,0 +1,182 @@
+// PartitionManager: the ZeRO stage-0/1/2/3 manager behind zrt_partition_t. It owns the flat
+// sharded buffers (layout.h), runs the parameter all-gathers on its all-gather stream and the
+// gradient reductions on its reduce-scatter stream, and hands the local shard to the
+// framework's optimizer. zrt.h documents the protocol; this header documents the machinery.
+//
+// Threading: one training thread calls the manager; the progress thread runs the host
+// functions the manager enqueues after reductions (they touch only the grad shard and the
+// reduced bucket/segment, which the training thread leaves alone until it waits for them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/arena.h"
+#include "lib/partition/config.h"
+#include "lib/partition/element_ops.h"
+#include "lib/partition/layout.h"
+#include "lib/partition/memory_model.h"
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class Communicator;
+class Stream;
+class Event;
+
+// Counters of the stage 3 gather window (zrt_partition_stats).
+struct WindowStats {
+  uint64_t fetches = 0;
+  uint64_t gathers = 0;        // all-gathers issued on demand
+  uint64_t prefetches = 0;     // all-gathers issued ahead
+  uint64_t prefetch_hits = 0;  // fetches that found their unit gathered or in flight
+  uint64_t evictions = 0;      // prefetched units dropped unused (order changed)
+  int max_gathered_units = 0;
+  uint64_t max_gathered_bytes = 0;
+  bool order_recorded = false;
+  bool order_invalidated = false;
+};
+
+class PartitionManager {
+ public:
+  PartitionManager(Communicator& comm, const PartitionOptions& options);
+  ~PartitionManager();
+  PartitionManager(const PartitionManager&) = delete;
+  PartitionManager& operator=(const PartitionManager&) = delete;
+
+  Status add_unit(const std::string& name, int* unit);
+  Status add_param(int unit, const std::string& name, size_t numel, uint32_t flags, int* param);
+  Status finalize();
+
+  Status load_param(int param, const void* values, zrt_dtype_t dtype);
+  Status param_info(int param, zrt_param_info_t* info) const;
+  Status shard_pieces(const zrt_shard_piece_t** pieces, size_t* count) const;
+
+  Status fetch(int unit);
+  Status release(int unit);
+  Status param_data(int param, void** data) const;
+  Status grad_data(int param, void** grad);
+  Status set_sync(bool sync);
+  Status grad_ready(int unit);
+  Status grad_norm(double* norm, bool* has_nonfinite);
+  Status step(zrt_optimizer_fn optimizer, void* user_data);
+
+  Status memory(MemoryFigures* figures) const;
+  Status window_stats(WindowStats* stats) const;
+  const PartitionOptions& options() const { return options_; }
+
+  // Waits for pending communication and releases streams, events and the arena.
+  Status destroy();
+
+ private:
+  struct Slot {
+    int unit = -1;
+    bool prefetched = false;  // gathered ahead and not fetched yet
+    Event* event = nullptr;   // recorded after its all-gather
+  };
+
+  Status check_finalized(const char* what) const;
+  Status check_unit(int unit) const;
+  Status check_param(int param) const;
+  Status allocate_buffers();
+  Status create_streams();
+  Status check_ranks_agree();
+  size_t segment_start(int segment) const;  // element offset of the segment in a full view
+  char* param_ptr(char* base, size_t elements) const;
+  char* grad_ptr(char* base, size_t elements) const;
+
+  // Stage 3 window (partition_fetch.cc).
+  Status fetch_stage3(int unit);
+  Status gather_into_slot(int unit, int slot, bool prefetch);
+  int find_free_slot() const;
+  void prefetch_after(int unit);
+  void note_fetch_order(int unit);
+  void update_window_peaks();
+  size_t unit_gather_bytes(int unit) const;
+
+  // Gradients (partition_grads.cc).
+  Status reduce_segment(int segment, void* data);
+  Status acquire_bucket(int segment, int* bucket);
+  Status finish_reductions();
+
+  Communicator& comm_;
+  PartitionOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  bool finalized_ = false;
+  bool destroyed_ = false;
+  std::vector<UnitSpec> unit_specs_;
+  std::vector<ParamSpec> param_specs_;
+  Layout layout_;
+  BufferPlan plan_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<ElementOps> ops_;
+  size_t p_size_ = 4;  // bytes per param element
+  size_t g_size_ = 4;  // bytes per reduce element
+
+  // Buffers (null when the stage has none).
+  char* full_params_ = nullptr;
+  char* frozen_ = nullptr;
+  char* param_shard_ = nullptr;
+  char* full_grads_ = nullptr;
+  char* grad_shard_ = nullptr;
+  float* master_ = nullptr;
+  std::vector<float*> state_;
+  std::vector<char*> buckets_;
+  char* persistent_bucket_ = nullptr;
+  char* window_ = nullptr;
+  char* grad_window_ = nullptr;
+  float* optimizer_grad_ = nullptr;
+
+  Stream* ag_stream_ = nullptr;
+  Stream* rs_stream_ = nullptr;
+  std::vector<Event*> segment_events_;  // stages 1/2: after each segment's post-step gather
+  Event* persistent_event_ = nullptr;   // stage 3: after the persistent segment's gather
+  std::vector<Event*> bucket_events_;   // after each bucket's reduction and accumulation
+
+  std::vector<zrt_shard_piece_t> pieces_;               // this rank's shard, in order
+  std::vector<std::vector<int>> param_shard_pieces_;    // per param: indexes into pieces_
+  std::vector<std::vector<int>> unit_segments_;         // per unit: segments it feeds
+  std::vector<std::vector<SegmentPiece>> unit_pieces_;  // per unit: its pieces, all segments
+  std::vector<std::vector<int>> unit_piece_segment_;    // segment of each unit_pieces_ entry
+  std::vector<int> segment_units_;                      // units feeding each segment
+  int trainable_units_ = 0;
+
+  // Per unit state.
+  std::vector<uint8_t> fetched_;
+  std::vector<uint8_t> signalled_;
+  std::vector<int> slot_of_;  // stage 3: window slot holding the unit, or -1
+
+  // Stage 3 window.
+  std::vector<Slot> slots_;
+  size_t slot_bytes_ = 0;
+  uint64_t prefetched_bytes_ = 0;
+  WindowStats stats_;
+  int last_fetched_ = -1;
+  int direction_ = 1;
+  bool recording_ = true;
+  bool recorded_ = false;
+  std::vector<int> order_;  // fetch order recorded during the first step
+  size_t order_pos_ = 0;
+
+  // Gradient state.
+  bool sync_ = true;
+  int open_unit_ = -1;
+  int signalled_count_ = 0;
+  bool microbatch_started_ = false;
+  bool reduced_since_step_ = false;  // a synchronised micro-batch completed
+  bool unreduced_local_ = false;     // a no-sync micro-batch completed after the last sync
+  bool reductions_in_flight_ = false;
+  bool grads_prepared_ = false;
+  std::vector<int> pending_;         // per segment: units still to signal
+  std::vector<int> bucket_of_;       // per segment: bucket index, or -1
+  std::vector<int> bucket_segment_;  // per bucket: segment, or -1
+  int next_bucket_ = 0;
+  int64_t step_ = 0;
+  double norm_buffer_[2] = {0, 0};
+};
+
+}  // namespace zrt

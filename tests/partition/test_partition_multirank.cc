@@ -1,0 +1,269 @@
+// The partition managers on real ranks over UCX: equivalence of every stage with a single-rank
+// reference, exact traffic per step, measured memory against the ZeRO formula, and the stage 3
+// prefetch window. Each rank count runs many configurations inside one fork.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tests/harness/multirank.h"
+#include "tests/partition/partition_test_model.h"
+#include "zrt/zrt.h"
+
+namespace zrt::testing {
+namespace {
+
+zrt_comm_t make_comm() {
+  zrt_comm_t comm = nullptr;
+  const zrt_status_t status = zrt_comm_init_env(nullptr, &comm);
+  EXPECT_EQ(status, ZRT_SUCCESS) << zrt_last_error();
+  return comm;
+}
+
+void equivalence_body(int /*rank*/, int size) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  const MlpShape shape;
+  const int steps = 3;
+  const MlpParams reference = train_reference(shape, steps);
+  struct Accumulation {
+    int micro_batches;
+    bool no_sync;
+  };
+  for (Accumulation acc : {Accumulation{1, false}, Accumulation{2, false}, Accumulation{2, true}}) {
+    MlpParams stage0;
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int depth : {0, 1, 2}) {
+        if (stage != 3 && depth != 1) continue;  // prefetching is a stage 3 matter
+        for (bool recompute : {false, true}) {
+          TrainOptions o;
+          o.stage = stage;
+          o.steps = steps;
+          o.micro_batches = acc.micro_batches;
+          o.no_sync = acc.no_sync;
+          o.prefetch_depth = depth;
+          o.recompute = recompute;
+          SCOPED_TRACE(::testing::Message()
+                       << "N " << size << " stage " << stage << " micro-batches "
+                       << acc.micro_batches << (acc.no_sync ? " no-sync" : " sync") << " depth "
+                       << depth << (recompute ? " recompute" : ""));
+          const MlpParams got = train_zrt(comm, shape, o);
+          if (::testing::Test::HasFailure()) break;
+          EXPECT_LE(max_relative_difference(got, reference), 1e-6);
+          if (stage == 0 && !recompute) stage0 = got;
+          if (stage > 0) {
+            EXPECT_LE(max_relative_difference(got, stage0), 1e-6);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, EveryStageMatchesTheReferenceN1) {
+  expect_ranks_pass(1, equivalence_body);
+}
+TEST(PartitionMultirank, EveryStageMatchesTheReferenceN2) {
+  expect_ranks_pass(2, equivalence_body);
+}
+TEST(PartitionMultirank, EveryStageMatchesTheReferenceN3) {
+  expect_ranks_pass(3, equivalence_body);
+}
+TEST(PartitionMultirank, EveryStageMatchesTheReferenceN4) {
+  expect_ranks_pass(4, equivalence_body);
+}
+
+// Bytes each rank sends in one step: P(N-1)/N elements per reduce-scatter or all-gather of the
+// whole (padded) model; stages 1/2 do one of each, stage 3 two gathers and one reduce-scatter,
+// plus one gather per recomputed unit.
+void traffic_body(int /*rank*/, int size) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  const MlpShape shape;
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (bool recompute : {false, true}) {
+      if (stage != 3 && recompute) continue;
+      TrainOptions o;
+      o.stage = stage;
+      o.steps = 1;
+      o.recompute = recompute;
+      o.read_back = false;
+      zrt_comm_stats_t stats{};
+      stats.size = sizeof(stats);
+      zrt_partition_memory_t memory{};
+      memory.size = sizeof(memory);
+      o.stats = &stats;
+      o.memory = &memory;
+      SCOPED_TRACE(::testing::Message()
+                   << "N " << size << " stage " << stage << (recompute ? " recompute" : ""));
+      train_zrt(comm, shape, o);
+      const uint64_t per_pass = memory.padded_parameters * (size - 1) / size * sizeof(float);
+      const uint64_t gathers = stage == 3 ? (recompute ? 3 : 2) : 1;
+      EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent, per_pass);
+      EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, gathers * per_pass);
+      EXPECT_EQ(stats.total.bytes_sent, (gathers + 1) * per_pass);
+    }
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, TrafficPerStepIsExactN2) {
+  expect_ranks_pass(2, traffic_body);
+}
+TEST(PartitionMultirank, TrafficPerStepIsExactN3) {
+  expect_ranks_pass(3, traffic_body);
+}
+
+// Measured memory: f16 parameters and gradients with Adam, two models of very different size.
+void memory_body(int /*rank*/, int size) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  for (int stage = 0; stage <= 3; ++stage) {
+    zrt_partition_memory_t figures[2];
+    for (int model = 0; model < 2; ++model) {
+      zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+      config.stage = stage;
+      config.param_dtype = ZRT_F16;
+      config.reduce_dtype = ZRT_F16;
+      config.bucket_bytes = 64 << 10;
+      config.persistence_threshold = 0;
+      zrt_partition_t pm = nullptr;
+      ASSERT_EQ(zrt_partition_create(comm, &config, &pm), ZRT_SUCCESS) << zrt_last_error();
+      const int units = model == 0 ? 3 : 40;
+      for (int u = 0; u < units; ++u) {
+        int unit = 0, param = 0;
+        ASSERT_EQ(zrt_partition_add_unit(pm, "block", &unit), ZRT_SUCCESS);
+        ASSERT_EQ(zrt_partition_add_param(pm, unit, "w", 20011 + u % 5, 0, &param), ZRT_SUCCESS);
+        ASSERT_EQ(zrt_partition_add_param(pm, unit, "b", 97, 0, &param), ZRT_SUCCESS);
+      }
+      ASSERT_EQ(zrt_partition_finalize(pm), ZRT_SUCCESS) << zrt_last_error();
+      zrt_partition_memory_t& m = figures[model];
+      m.size = sizeof(m);
+      ASSERT_EQ(zrt_partition_memory(pm, &m), ZRT_SUCCESS) << zrt_last_error();
+      const double n = size, p = static_cast<double>(m.parameters);
+      const double t = static_cast<double>(m.padded_parameters);
+      auto formula = [&](double e) {
+        switch (stage) {
+          case 0:
+            return 16 * e;
+          case 1:
+            return 4 * e + 12 * e / n;
+          case 2:
+            return 2 * e + 14 * e / n;
+          default:
+            return 16 * e / n;
+        }
+      };
+      SCOPED_TRACE(::testing::Message()
+                   << "N " << size << " stage " << stage << " model " << model);
+      EXPECT_DOUBLE_EQ(m.theoretical_model_state, formula(p));
+      EXPECT_DOUBLE_EQ(static_cast<double>(m.model_state), formula(t)) << "formula + padding";
+      EXPECT_EQ(m.model_state, m.full_params + m.param_shard + m.gradients + m.grad_shard +
+                                   m.master + m.optimizer_state);
+      if (size == 2 && model == 1) {
+        std::printf(
+            "memory N=%d stage %d: model state %llu bytes, formula %.0f, padding %.0f "
+            "elements, buckets %llu, window %llu, staging %llu\n",
+            size, stage, static_cast<unsigned long long>(m.model_state), m.theoretical_model_state,
+            t - p, static_cast<unsigned long long>(m.buckets),
+            static_cast<unsigned long long>(m.gather_window),
+            static_cast<unsigned long long>(m.grad_staging));
+      }
+      EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
+    }
+    EXPECT_EQ(figures[0].buckets, figures[1].buckets) << "stage " << stage;
+    EXPECT_EQ(figures[0].gather_window, figures[1].gather_window) << "stage " << stage;
+    EXPECT_GT(figures[1].model_state, 10 * figures[0].model_state);
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, MeasuredMemoryIsTheFormulaPlusPaddingN2) {
+  expect_ranks_pass(2, memory_body);
+}
+TEST(PartitionMultirank, MeasuredMemoryIsTheFormulaPlusPaddingN3) {
+  expect_ranks_pass(3, memory_body);
+}
+
+// Stage 3 window: units of different sizes, depth d; never more than d + 1 units gathered,
+// never more bytes than max_live_bytes, and prefetching does happen.
+void window_body(int /*rank*/, int /*size*/) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  const std::vector<size_t> sizes = {1000, 3000, 500, 2500, 4000, 800, 1200, 3500};
+  for (int depth : {0, 1, 2, 3}) {
+    zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+    config.stage = 3;
+    config.prefetch_depth = depth;
+    config.persistence_threshold = 0;
+    config.max_live_bytes = 3 * 4096 * 4;  // at most three of the largest units
+    zrt_partition_t pm = nullptr;
+    ASSERT_EQ(zrt_partition_create(comm, &config, &pm), ZRT_SUCCESS) << zrt_last_error();
+    std::vector<int> params;
+    for (size_t u = 0; u < sizes.size(); ++u) {
+      int unit = 0, param = 0;
+      ASSERT_EQ(zrt_partition_add_unit(pm, "u", &unit), ZRT_SUCCESS);
+      ASSERT_EQ(zrt_partition_add_param(pm, unit, "w", sizes[u], 0, &param), ZRT_SUCCESS);
+      params.push_back(param);
+    }
+    ASSERT_EQ(zrt_partition_finalize(pm), ZRT_SUCCESS) << zrt_last_error();
+    for (size_t u = 0; u < sizes.size(); ++u) {
+      std::vector<float> values(sizes[u], static_cast<float>(u + 1));
+      ASSERT_EQ(zrt_partition_load_param(pm, params[u], values.data(), ZRT_F32), ZRT_SUCCESS);
+    }
+    const int units = static_cast<int>(sizes.size());
+    auto check_unit = [&](int u) {
+      void* data = nullptr;
+      ASSERT_EQ(zrt_partition_param_data(pm, params[u], &data), ZRT_SUCCESS) << zrt_last_error();
+      const float* f = static_cast<const float*>(data);
+      EXPECT_EQ(f[0], static_cast<float>(u + 1));
+      EXPECT_EQ(f[sizes[u] - 1], static_cast<float>(u + 1));
+    };
+    zrt_optimizer_fn keep = [](const zrt_optimizer_args_t*, void*) { return ZRT_SUCCESS; };
+    for (int step = 0; step < 3; ++step) {
+      for (int u = 0; u < units; ++u) {
+        ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+        check_unit(u);
+        ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+      }
+      // Step 2 fetches backward in a different order: the recording is dropped, data stays
+      // right.
+      for (int i = units - 1; i >= 0; --i) {
+        const int u = step == 2 ? (i + 3) % units : i;
+        ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+        check_unit(u);
+        void* grad = nullptr;
+        ASSERT_EQ(zrt_partition_grad_data(pm, params[u], &grad), ZRT_SUCCESS);
+        std::fill_n(static_cast<float*>(grad), sizes[u], 0.0f);
+        ASSERT_EQ(zrt_partition_grad_ready(pm, u), ZRT_SUCCESS) << zrt_last_error();
+        ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+      }
+      ASSERT_EQ(zrt_partition_step(pm, keep, nullptr), ZRT_SUCCESS) << zrt_last_error();
+    }
+    zrt_partition_stats_t stats{};
+    stats.size = sizeof(stats);
+    ASSERT_EQ(zrt_partition_stats(pm, &stats), ZRT_SUCCESS);
+    SCOPED_TRACE(::testing::Message() << "depth " << depth);
+    EXPECT_LE(stats.max_gathered_units, depth + 1);
+    EXPECT_LE(stats.max_gathered_bytes, config.max_live_bytes);
+    EXPECT_EQ(stats.fetches, 3u * 2 * units);
+    if (depth > 0) {
+      EXPECT_GT(stats.prefetches, 0u);
+      EXPECT_GT(stats.prefetch_hits, 0u);
+    } else {
+      EXPECT_EQ(stats.prefetches, 0u);
+    }
+    EXPECT_EQ(stats.order_recorded, 1);
+    EXPECT_EQ(stats.order_invalidated, 1);
+    EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, PrefetchWindowStaysWithinDepthAndBudgetN2) {
+  expect_ranks_pass(2, window_body);
+}
+
+}  // namespace
+}  // namespace zrt::testing
