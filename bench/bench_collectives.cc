@@ -1,0 +1,225 @@
+// Collective bandwidth at 2 ranks (forked processes over UCX), beside single-thread memcpy of
+// the same size measured in the same run.
+//
+//   build-*/bench/bench_collectives [max_mib=256] [ranks=2]
+//
+// For each size S (total bytes: the reduce-scatter input, the all-gather output, the all-reduce
+// buffer) it prints the time per call and nccl-tests' bus bandwidth: algbw = S / t; busbw =
+// algbw * (N-1)/N for reduce_scatter and all_gather, * 2(N-1)/N for all_reduce. "vs memcpy" is
+// busbw over the memcpy rate of S bytes (one thread, pre-touched buffers), measured by rank 0
+// while the other ranks wait. Buffers are allocated and touched once, before timing.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "lib/bootstrap/bootstrap.h"
+#include "lib/engine/engine.h"
+#include "transports/transport.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An out-of-band all-gather over files in a folder shared by the forked ranks.
+struct FileExchange {
+  std::string dir;
+  int rank = 0;
+  int size = 1;
+  int round = 0;
+};
+
+zrt_status_t file_allgather(const void* sendbuf, void* recvbuf, size_t bytes, void* user_data,
+                            void** request) {
+  auto* exchange = static_cast<FileExchange*>(user_data);
+  const int round = exchange->round++;
+  auto path = [&](int rank) {
+    return exchange->dir + "/" + std::to_string(round) + "." + std::to_string(rank);
+  };
+  {
+    std::ofstream out(path(exchange->rank) + ".tmp", std::ios::binary);
+    out.write(static_cast<const char*>(sendbuf), static_cast<std::streamsize>(bytes));
+  }
+  std::filesystem::rename(path(exchange->rank) + ".tmp", path(exchange->rank));
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (int rank = 0; rank < exchange->size; ++rank) {
+    while (!std::filesystem::exists(path(rank))) {
+      if (Clock::now() > deadline) return ZRT_TIMEOUT;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::ifstream in(path(rank), std::ios::binary);
+    in.read(static_cast<char*>(recvbuf) + rank * bytes, static_cast<std::streamsize>(bytes));
+  }
+  *request = nullptr;
+  return ZRT_SUCCESS;
+}
+zrt_status_t file_test(void*) {
+  return ZRT_SUCCESS;
+}
+void file_free(void*) {}
+
+void check(const zrt::Status& status, const char* what) {
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "bench_collectives: %s: %s\n", what, status.message().c_str());
+    std::exit(1);
+  }
+}
+
+double memcpy_gbps(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::memcpy(b.data(), a.data(), bytes);  // warm
+  int iterations = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    std::memcpy(iterations % 2 ? a.data() : b.data(), iterations % 2 ? b.data() : a.data(), bytes);
+    ++iterations;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < 0.3 || iterations < 3);
+  return static_cast<double>(bytes) * iterations / elapsed / 1e9;
+}
+
+void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
+  FileExchange exchange{dir, rank, size, 0};
+  zrt_oob_t oob{file_allgather, file_test, file_free,           &exchange,
+                rank,           size,      size > 0 ? rank : 0, size};
+  std::unique_ptr<zrt::Bootstrap> bootstrap;
+  check(zrt::create_oob_bootstrap(oob, 60000, &bootstrap), "bootstrap");
+  zrt::TransportOptions transport_options;
+  std::unique_ptr<zrt::Transport> transport;
+  check(zrt::create_ucx_transport(*bootstrap, transport_options, &transport), "transport");
+  zrt::EngineOptions engine_options;
+  engine_options.rank = rank;
+  engine_options.size = size;
+  std::unique_ptr<zrt::ProgressEngine> engine;
+  check(zrt::create_progress_engine(*transport, engine_options, &engine), "engine");
+  zrt::Stream* stream = nullptr;
+  check(engine->create_stream(ZRT_MEM_HOST, &stream), "stream");
+
+  const size_t max_bytes = max_mib << 20;
+  std::vector<char> input(max_bytes, 1), output(max_bytes, 2);
+  std::vector<float> seed(max_bytes / 4);
+  for (size_t i = 0; i < seed.size(); ++i) seed[i] = static_cast<float>(i % 7);
+  std::memcpy(input.data(), seed.data(), max_bytes);
+
+  auto barrier = [&] {
+    zrt::CollectiveArgs args;
+    args.kind = ZRT_COLL_BARRIER;
+    check(zrt::enqueue_collective(*stream, rank, size, args), "barrier");
+    check(stream->synchronize(), "barrier");
+  };
+  if (rank == 0) {
+    std::printf("%-22s %10s %10s %10s %12s %10s\n", "collective", "MiB", "time_us", "busbw",
+                "memcpy_GB/s", "vs_memcpy");
+  }
+  for (size_t mib = 1; mib <= max_mib; mib *= 4) {
+    const size_t bytes = mib << 20;
+    const size_t elements = bytes / sizeof(float);
+    double memcpy_rate = 0;
+    barrier();
+    if (rank == 0) memcpy_rate = memcpy_gbps(bytes);
+    barrier();
+    struct Variant {
+      const char* name;
+      zrt_coll_kind_t kind;
+      bool in_place;
+      double factor;
+    };
+    const double ring = static_cast<double>(size - 1) / size;
+    const Variant variants[] = {
+        {"reduce_scatter", ZRT_COLL_REDUCE_SCATTER, false, ring},
+        {"reduce_scatter(inpl)", ZRT_COLL_REDUCE_SCATTER, true, ring},
+        {"all_gather", ZRT_COLL_ALL_GATHER, false, ring},
+        {"all_gather(inpl)", ZRT_COLL_ALL_GATHER, true, ring},
+        {"all_reduce(inpl)", ZRT_COLL_ALL_REDUCE, true, 2 * ring},
+    };
+    for (const Variant& variant : variants) {
+      zrt::CollectiveArgs args;
+      args.kind = variant.kind;
+      args.dtype = ZRT_F32;
+      args.op = ZRT_SUM;
+      const size_t block = elements / size;
+      char* in = input.data();
+      char* out = output.data();
+      switch (variant.kind) {
+        case ZRT_COLL_REDUCE_SCATTER:
+          args.count = block;
+          args.sendbuf = in;
+          args.recvbuf = variant.in_place ? in + rank * block * 4 : out;
+          break;
+        case ZRT_COLL_ALL_GATHER:
+          args.count = block;
+          args.sendbuf = variant.in_place ? out + rank * block * 4 : in;
+          args.recvbuf = out;
+          break;
+        default:
+          args.count = elements;
+          args.sendbuf = out;
+          args.recvbuf = out;
+          break;
+      }
+      for (int i = 0; i < 2; ++i) check(zrt::enqueue_collective(*stream, rank, size, args), "warm");
+      check(stream->synchronize(), "warm");
+      barrier();
+      int iterations = std::max(3, static_cast<int>(256 / mib));
+      const auto start = Clock::now();
+      for (int i = 0; i < iterations; ++i) {
+        check(zrt::enqueue_collective(*stream, rank, size, args), variant.name);
+      }
+      check(stream->synchronize(), variant.name);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double per_call = seconds / iterations;
+      const double busbw = static_cast<double>(bytes) / per_call / 1e9 * variant.factor;
+      if (rank == 0) {
+        std::printf("%-22s %10zu %10.1f %10.2f %12.2f %9.0f%%\n", variant.name, mib, per_call * 1e6,
+                    busbw, memcpy_rate, 100.0 * busbw / memcpy_rate);
+        std::fflush(stdout);
+      }
+    }
+  }
+  barrier();
+  check(engine->shutdown(), "shutdown");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
+  const int size = argc > 2 ? std::atoi(argv[2]) : 2;
+  char dir_template[] = "/tmp/zrt-bench-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = dir_template;
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < size; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      run_rank(dir, rank, size, max_mib);
+      std::fflush(stdout);
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  int failures = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::filesystem::remove_all(dir);
+  return failures == 0 ? 0 : 1;
+}
