@@ -178,6 +178,9 @@ Status PartitionManager::grad_ready(int unit) {
   }
   const zrt_dtype_t pdt = options_.param_dtype;
   const zrt_dtype_t gdt = options_.reduce_dtype;
+  // Pieces come in segment order; a segment is reduced as soon as this unit has written its
+  // part and it was the last unit the segment waited for, so a unit larger than the bucket pool
+  // streams through the buckets instead of holding them all.
   const auto& pieces = unit_pieces_[unit];
   const auto& piece_segments = unit_piece_segment_[unit];
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -195,19 +198,17 @@ Status PartitionManager::grad_ready(int unit) {
       char* dst = bucket == -2 ? persistent_bucket_ : buckets_[bucket];
       ops_->convert(pdt, src, gdt, grad_ptr(dst, piece.segment_offset), piece.count);
     }
-  }
-  if (sync_) {
-    for (int s : unit_segments_[unit]) {
-      if (--pending_[s] > 0) continue;
-      pending_[s] = segment_units_[s];
-      void* data;
-      if (full_grads_ != nullptr) {
-        data = grad_ptr(full_grads_, segment_start(s));
-      } else {
-        data = bucket_of_[s] == -2 ? persistent_bucket_ : buckets_[bucket_of_[s]];
-      }
-      ZRT_RETURN_IF_ERROR(reduce_segment(s, data));
+    const bool last_in_segment = i + 1 == pieces.size() || piece_segments[i + 1] != s;
+    if (!sync_ || !last_in_segment) continue;
+    if (--pending_[s] > 0) continue;
+    pending_[s] = segment_units_[s];
+    void* data;
+    if (full_grads_ != nullptr) {
+      data = grad_ptr(full_grads_, segment_start(s));
+    } else {
+      data = bucket_of_[s] == -2 ? persistent_bucket_ : buckets_[bucket_of_[s]];
     }
+    ZRT_RETURN_IF_ERROR(reduce_segment(s, data));
   }
   signalled_[unit] = 1;
   open_unit_ = -1;

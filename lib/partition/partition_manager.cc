@@ -359,4 +359,127 @@ Status PartitionManager::destroy() {
   return first;
 }
 
+// --- Checkpoint access (used by lib/checkpoint) ----------------------------------------------
+
+Status PartitionManager::checkpoint_quiesce(const char* what) {
+  ZRT_RETURN_IF_ERROR(check_finalized(what));
+  for (size_t u = 0; u < fetched_.size(); ++u) {
+    if (fetched_[u]) {
+      return Status::invalid_usage("{}: unit {} (\"{}\") is fetched; call it between steps", what,
+                                   u, unit_specs_[u].name);
+    }
+  }
+  if (microbatch_started_ || reduced_since_step_ || unreduced_local_) {
+    return Status::invalid_usage(
+        "{}: gradients of an unfinished step are pending (checkpoints hold no gradients); call "
+        "it after zrt_partition_step",
+        what);
+  }
+  return ag_stream_->synchronize().with_context(
+      fmt::format("{}: waiting for the post-step parameter gathers", what));
+}
+
+Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, void* out) const {
+  if (shard_offset + count > layout_.shard_numel()) {
+    return Status::invalid_argument("read_param_shard: [{}, {}) is outside the {}-element shard",
+                                    shard_offset, shard_offset + count, layout_.shard_numel());
+  }
+  char* dst = static_cast<char*>(out);
+  if (options_.stage == 0 || options_.stage == 3) {
+    const char* base = options_.stage == 0 ? full_params_ : param_shard_;
+    std::memcpy(dst, base + shard_offset * p_size_, count * p_size_);
+    return Status::ok();
+  }
+  // Stages 1/2: the owned slice of each segment sits inside the full buffer.
+  for (size_t s = 0; s < layout_.segments().size() && count > 0; ++s) {
+    const Segment& seg = layout_.segments()[s];
+    if (shard_offset >= seg.shard_offset + seg.slice) continue;
+    const size_t in_slice = shard_offset - seg.shard_offset;
+    const size_t n = std::min(count, seg.slice - in_slice);
+    const size_t full =
+        segment_start(static_cast<int>(s)) + static_cast<size_t>(rank_) * seg.slice + in_slice;
+    std::memcpy(dst, full_params_ + full * p_size_, n * p_size_);
+    dst += n * p_size_;
+    shard_offset += n;
+    count -= n;
+  }
+  return Status::ok();
+}
+
+Status PartitionManager::restore_checkpoint(const float* master,
+                                            const std::vector<const float*>& states,
+                                            const void* frozen, zrt_dtype_t frozen_dtype,
+                                            int64_t step) {
+  if (states.size() != state_.size()) {
+    return Status(ZRT_INTERNAL_ERROR,
+                  fmt::format("restore_checkpoint: {} optimizer state slots given, {} expected",
+                              states.size(), state_.size()));
+  }
+  ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
+  const size_t count = layout_.shard_numel();
+  const zrt_dtype_t pdt = options_.param_dtype;
+  ops_->copy(master_, master, count * sizeof(float));
+  for (size_t i = 0; i < state_.size(); ++i)
+    ops_->copy(state_[i], states[i], count * sizeof(float));
+  if (frozen_ != nullptr && layout_.frozen_numel() > 0) {
+    ops_->convert(frozen_dtype, frozen, pdt, frozen_, layout_.frozen_numel());
+  }
+  step_ = step;
+  // Units gathered ahead hold the old parameters: forget them.
+  for (Slot& slot : slots_) {
+    if (slot.unit >= 0) slot_of_[slot.unit] = -1;
+    slot.unit = -1;
+    slot.prefetched = false;
+  }
+  prefetched_bytes_ = 0;
+  order_pos_ = 0;
+  last_fetched_ = -1;
+  direction_ = 1;
+  // Publish master as the step does (partition_step.cc).
+  const auto& segments = layout_.segments();
+  if (options_.stage == 0) {
+    ops_->convert(ZRT_F32, master_, pdt, full_params_, count);
+    return Status::ok();
+  }
+  if (options_.stage <= 2) {
+    for (int s = static_cast<int>(segments.size()) - 1; s >= 0; --s) {
+      const Segment& seg = segments[s];
+      char* full = param_ptr(full_params_, segment_start(s));
+      char* owned = param_ptr(full, static_cast<size_t>(rank_) * seg.slice);
+      ops_->convert(ZRT_F32, master_ + seg.shard_offset, pdt, owned, seg.slice);
+      if (size_ > 1) {
+        CollectiveArgs ag;
+        ag.kind = ZRT_COLL_ALL_GATHER;
+        ag.sendbuf = owned;
+        ag.recvbuf = full;
+        ag.count = seg.slice;
+        ag.dtype = pdt;
+        ag.purpose = Purpose::kBucket;
+        ag.purpose_id = s;
+        ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
+                                .with_context(fmt::format("gathering bucket {}", s)));
+        ZRT_RETURN_IF_ERROR(segment_events_[s]->record(*ag_stream_));
+      }
+    }
+    return Status::ok();
+  }
+  ops_->convert(ZRT_F32, master_, pdt, param_shard_, count);
+  const int p = layout_.persistent_segment();
+  if (p >= 0) {
+    const Segment& seg = segments[p];
+    CollectiveArgs ag;
+    ag.kind = ZRT_COLL_ALL_GATHER;
+    ag.sendbuf = param_ptr(param_shard_, seg.shard_offset);
+    ag.recvbuf = full_params_;
+    ag.count = seg.slice;
+    ag.dtype = pdt;
+    ag.purpose = Purpose::kUnit;
+    ag.purpose_id = -1;
+    ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
+                            .with_context("gathering the persistent parameters"));
+    ZRT_RETURN_IF_ERROR(persistent_event_->record(*ag_stream_));
+  }
+  return Status::ok();
+}
+
 }  // namespace zrt

@@ -71,6 +71,31 @@ class PartitionManager {
   // Waits for pending communication and releases streams, events and the arena.
   Status destroy();
 
+  // --- Checkpoint access (used by lib/checkpoint: zrt_partition_save/load/export_full) ---
+  // Read access to the trained state and one call that replaces it. The checkpoint layer owns
+  // the file format; the manager only exposes its buffers in shard layout.
+  Communicator& communicator() { return comm_; }
+  const Layout& layout() const { return layout_; }
+  const std::vector<ParamSpec>& param_specs() const { return param_specs_; }
+  const std::vector<UnitSpec>& unit_specs() const { return unit_specs_; }
+  bool is_finalized() const { return finalized_ && !destroyed_; }
+  int64_t step_count() const { return step_; }
+  const float* master_shard() const { return master_; }
+  const std::vector<float*>& state_shards() const { return state_; }
+  const char* frozen_store() const { return frozen_; }  // param_dtype, frozen view offsets
+  // Fails unless finalized and between steps: no unit fetched, no micro-batch begun. Waits for
+  // the post-step all-gathers, so the buffers above are quiescent afterwards.
+  Status checkpoint_quiesce(const char* what);
+  // Copies `count` param_dtype elements of the local shard from `shard_offset` into `out`,
+  // wherever the stage keeps them (shard buffer, or the owned slices of the full buffer).
+  Status read_param_shard(size_t shard_offset, size_t count, void* out) const;
+  // Replaces the state with a checkpoint's (staging buffers in this manager's shard layout, the
+  // frozen store in `frozen_dtype`), then does what a step does after the optimizer: converts
+  // master to param_dtype and publishes it (stages 1/2 gather, stage 3 shard + persistent
+  // gather), so the manager behaves as if it had trained to `step`. Call checkpoint_quiesce first.
+  Status restore_checkpoint(const float* master, const std::vector<const float*>& states,
+                            const void* frozen, zrt_dtype_t frozen_dtype, int64_t step);
+
  private:
   struct Slot {
     int unit = -1;

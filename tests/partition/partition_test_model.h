@@ -58,7 +58,7 @@ struct TrainOptions {
 // parameters (read through fetch/param_data). Failures are reported through GoogleTest.
 MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& options);
 
-// Largest |a - b| / max(|a|, |b|, 1e-3) over all elements.
+// Largest |a - b| over all elements, relative to the largest magnitude of its tensor.
 double max_relative_difference(const MlpParams& a, const MlpParams& b);
 
 }  // namespace zrt::testing

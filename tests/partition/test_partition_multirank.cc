@@ -88,7 +88,6 @@ void traffic_body(int /*rank*/, int size) {
       o.stage = stage;
       o.steps = 1;
       o.recompute = recompute;
-      o.read_back = false;
       zrt_comm_stats_t stats{};
       stats.size = sizeof(stats);
       zrt_partition_memory_t memory{};
