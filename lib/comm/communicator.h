@@ -61,6 +61,8 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // Starts the progress engine over transport_ and creates the default stream.
+  Status start_engine();
 
   int rank_ = 0;
   int size_ = 1;

@@ -2,13 +2,17 @@
 // file bootstrap (no dependency on the TCP store).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tests/harness/multirank.h"
 #include "tests/transport/transport_test_util.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace zrt::testing {
 namespace {
@@ -173,6 +177,53 @@ TEST(UcxRegistered, SendBetweenRegisteredBuffers) {
     ASSERT_TRUE(
         create_file_bootstrap(run_dir(), "end", rank, size, kTimeoutMs, &bootstrap).is_ok());
     EXPECT_TRUE(bootstrap->barrier().is_ok());
+  });
+}
+
+}  // namespace
+}  // namespace zrt::testing
+
+namespace zrt::testing {
+namespace {
+
+// Wiring to a rank that exited after publishing its address fails cleanly (or succeeds and then
+// fails the first receive), never crashes: the teardown of a half-wired transport must not
+// touch endpoints that were never made.
+TEST(UcxWireUp, PeerGoneBeforeWiring) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    std::unique_ptr<Bootstrap> bootstrap;
+    ASSERT_TRUE(create_file_bootstrap(run_dir(), "gone", rank, size, 10000, &bootstrap).is_ok());
+    TransportOptions options;
+    options.timeout_ms = 5000;
+    std::unique_ptr<UcxWorker> worker;
+    ASSERT_TRUE(UcxWorker::create(options, &worker).is_ok());
+    std::vector<uint64_t> lengths(size);
+    const uint64_t length = worker->address().size();
+    ASSERT_TRUE(bootstrap->allgather(&length, lengths.data(), sizeof(length)).is_ok());
+    const uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    std::vector<uint8_t> mine(longest), all(longest * size);
+    std::memcpy(mine.data(), worker->address().data(), length);
+    ASSERT_TRUE(bootstrap->allgather(mine.data(), all.data(), longest).is_ok());
+    if (rank == size - 1) _exit(0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<std::vector<uint8_t>> addresses(size);
+    for (int peer = 0; peer < size; ++peer) {
+      addresses[peer].assign(all.begin() + longest * peer,
+                             all.begin() + longest * peer + lengths[peer]);
+    }
+    std::unique_ptr<Transport> transport;
+    Status status =
+        wire_ucx_transport(std::move(worker), rank, size, addresses, options, &transport);
+    if (!status.is_ok()) {
+      EXPECT_NE(status.message().find("rank 2"), std::string::npos) << status.message();
+      return;
+    }
+    std::vector<uint8_t> in(8);
+    TransportCompletion received;
+    ASSERT_TRUE(transport->recv(size - 1, 1, in.data(), in.size(), &received).is_ok());
+    status = wait_all(*transport, {&received}, 5000);
+    EXPECT_TRUE(status.code() == ZRT_REMOTE_ERROR || status.code() == ZRT_TIMEOUT)
+        << status.message();
   });
 }
 

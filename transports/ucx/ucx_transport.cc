@@ -148,6 +148,8 @@ class UcxTransport final : public Transport {
   std::vector<PeerSlot> slots_;
   std::vector<Status> peer_failed_;  // non-ok once the peer's endpoint reported an error
   bool pending_peer_failure_ = false;
+  bool closing_ = false;  // farewell/close under way
+  bool wired_ = false;    // every endpoint exists (a failed wire-up must not say farewell)
   ErrorMode error_mode_ = ErrorMode::kHybrid;
   std::vector<ucp_ep_h> watchers_;  // hybrid mode: idle error-mode-PEER endpoints
   Status health_;
@@ -209,6 +211,7 @@ Status UcxTransport::wire(const std::vector<std::vector<uint8_t>>& addresses) {
       ZRT_RETURN_IF_ERROR(create_endpoint(address, peer, true, &watchers_[peer]));
     }
   }
+  wired_ = true;
   description_ = capture_description();
   ZRT_LOG_INFO("{}: ucx transport rank {}/{}: {}", name_, rank_, size_, description_);
   return Status::ok();
@@ -373,7 +376,12 @@ void UcxTransport::on_peer_error(int peer, ucs_status_t status) {
   peer_failed_[peer] =
       Status::error(ZRT_REMOTE_ERROR, "{}: rank {} failed or disconnected (ucx endpoint error: {})",
                     name_, peer, ucs_status_string(status));
-  ZRT_LOG_WARN("{}", peer_failed_[peer].message());
+  // During teardown a peer that already holds every farewell closes its side; that is no news.
+  if (closing_) {
+    ZRT_LOG_DEBUG("{} (during teardown)", peer_failed_[peer].message());
+  } else {
+    ZRT_LOG_WARN("{}", peer_failed_[peer].message());
+  }
   if (health_.is_ok()) health_ = peer_failed_[peer];
   // Receives are posted on the worker, not on the endpoint, so UCX will not fail them (nor, in
   // hybrid mode, the sends on the data endpoint); do it after the progress call that delivered
@@ -456,7 +464,8 @@ void UcxTransport::cancel_all(const Status& reason) {
 // already tearing down its transport (its engine stopped) and nobody can mistake the close for
 // a failure. Skipped when unhealthy; bounded by the timeout. Returns whether it completed.
 bool UcxTransport::farewell() {
-  if (size_ == 1 || !health_.is_ok()) return false;
+  closing_ = true;
+  if (size_ == 1 || !wired_ || !health_.is_ok()) return false;
   std::vector<TransportCompletion> sends(size_), recvs(size_);
   std::vector<void*> requests;
   auto post = [&](bool is_recv, int peer) {

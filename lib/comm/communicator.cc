@@ -1,0 +1,238 @@
+#include "lib/comm/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "lib/core/log.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace zrt {
+namespace {
+
+TransportOptions transport_options(const CommOptions& options) {
+  TransportOptions result;
+  result.timeout_ms = options.timeout_ms;
+  result.name = options.name.c_str();  // the transport copies it
+  return result;
+}
+
+// FNV-1a of the host name: equal on ranks of one host, so a split can count its local ranks.
+uint64_t host_hash() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return 0;
+  uint64_t hash = 1469598103934665603ull;
+  for (const char* p = name; *p != '\0'; ++p) {
+    hash = (hash ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+  }
+  return hash;
+}
+
+// What every rank contributes to a split. Fixed size, so one all-gather carries it.
+struct SplitRecord {
+  int32_t color;
+  int32_t key;
+  uint64_t host;
+  uint32_t address_length;
+  uint32_t reserved;
+};
+
+// All-gathers `bytes` bytes per rank over `stream` and waits for it.
+Status gather_bytes(Stream& stream, int rank, int size, const void* input, void* output,
+                    size_t bytes) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = input;
+  args.recvbuf = output;
+  args.count = bytes;
+  args.dtype = ZRT_U8;
+  args.purpose = Purpose::kInternal;
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, rank, size, args));
+  return stream.synchronize();
+}
+
+}  // namespace
+
+Status Communicator::start_engine() {
+  EngineOptions engine_options;
+  engine_options.rank = rank_;
+  engine_options.size = size_;
+  engine_options.timeout_ms = options_.timeout_ms;
+  ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
+  return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);
+}
+
+Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
+                            std::unique_ptr<Communicator>* communicator) {
+  if (communicator == nullptr) return Status::invalid_argument("communicator is NULL");
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = bootstrap.rank();
+  comm->size_ = bootstrap.size();
+  comm->local_rank_ = bootstrap.local_rank();
+  comm->local_size_ = bootstrap.local_size();
+  comm->options_ = options;
+  ZRT_RETURN_IF_ERROR(
+      create_ucx_transport(bootstrap, transport_options(comm->options_), &comm->transport_));
+  ZRT_RETURN_IF_ERROR(comm->start_engine());
+  ZRT_LOG_INFO("{}: communicator rank {}/{} (local {}/{}) up, timeout {} ms", options.name,
+               comm->rank_, comm->size_, comm->local_rank_, comm->local_size_, options.timeout_ms);
+  *communicator = std::move(comm);
+  return Status::ok();
+}
+
+// Split. Each rank that takes part makes its new UCX worker first, so that its address can
+// travel in the same exchange as its color and key. Two all-gathers on the parent's default
+// stream (in stream order with the caller's other collectives, as zrt.h promises): fixed-size
+// records {color, key, host, address length}, then the addresses padded to the longest. Every
+// rank then computes the same groups: members of its color ordered by (key, old rank), local
+// ranks counted among members on the same host. Wiring the new transport is local (UCX connects
+// on first use), so no third exchange is needed. NOCOLOR ranks take part in both exchanges with
+// an empty address and get no communicator.
+Status Communicator::split(int color, int key, const CommOptions& options,
+                           std::unique_ptr<Communicator>* communicator) {
+  if (communicator == nullptr) return Status::invalid_argument("newcomm is NULL");
+  if (color < ZRT_SPLIT_NOCOLOR) {
+    return Status::invalid_argument("color {} is negative (only ZRT_SPLIT_NOCOLOR = -1 is allowed)",
+                                    color);
+  }
+  std::unique_ptr<UcxWorker> worker;
+  if (color != ZRT_SPLIT_NOCOLOR) {
+    ZRT_RETURN_IF_ERROR(UcxWorker::create(transport_options(options), &worker));
+  }
+  SplitRecord mine{};
+  mine.color = color;
+  mine.key = key;
+  mine.host = host_hash();
+  mine.address_length = worker != nullptr ? static_cast<uint32_t>(worker->address().size()) : 0;
+  std::vector<SplitRecord> records(size_);
+  ZRT_RETURN_IF_ERROR(
+      gather_bytes(*default_stream_, rank_, size_, &mine, records.data(), sizeof(SplitRecord))
+          .with_context("split: exchanging colors"));
+  uint32_t longest = 0;
+  for (const SplitRecord& record : records) longest = std::max(longest, record.address_length);
+  std::vector<uint8_t> padded(longest, 0), addresses(static_cast<size_t>(longest) * size_);
+  if (worker != nullptr) {
+    std::memcpy(padded.data(), worker->address().data(), worker->address().size());
+  }
+  if (longest > 0) {
+    ZRT_RETURN_IF_ERROR(
+        gather_bytes(*default_stream_, rank_, size_, padded.data(), addresses.data(), longest)
+            .with_context("split: exchanging worker addresses"));
+  }
+  if (color == ZRT_SPLIT_NOCOLOR) {
+    communicator->reset();
+    return Status::ok();
+  }
+
+  std::vector<int> members;
+  for (int old = 0; old < size_; ++old) {
+    if (records[old].color == color) members.push_back(old);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return records[a].key < records[b].key; });
+  std::unique_ptr<Communicator> child(new Communicator());
+  child->size_ = static_cast<int>(members.size());
+  child->options_ = options;
+  std::vector<std::vector<uint8_t>> member_addresses(members.size());
+  child->local_size_ = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int old = members[i];
+    if (old == rank_) child->rank_ = static_cast<int>(i);
+    const uint8_t* begin = addresses.data() + static_cast<size_t>(longest) * old;
+    member_addresses[i].assign(begin, begin + records[old].address_length);
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (records[members[i]].host != mine.host) continue;
+    if (static_cast<int>(i) == child->rank_) child->local_rank_ = child->local_size_;
+    ++child->local_size_;
+  }
+  ZRT_RETURN_IF_ERROR(wire_ucx_transport(std::move(worker), child->rank_, child->size_,
+                                         member_addresses, transport_options(child->options_),
+                                         &child->transport_));
+  ZRT_RETURN_IF_ERROR(child->start_engine());
+  ZRT_LOG_INFO("{}: split color {} key {}: rank {}/{} -> {}/{}", options_.name, color, key, rank_,
+               size_, child->rank_, child->size_);
+  *communicator = std::move(child);
+  return Status::ok();
+}
+
+// Teardown in step with the peers: finish our own work, meet everyone in a barrier (so no rank
+// closes connections a peer still needs), stop the progress thread, then let the transport say
+// farewell and close. After a failure only the local steps run; each is bounded by the timeout.
+Status Communicator::destroy() {
+  if (engine_ == nullptr) {
+    transport_.reset();
+    return Status::ok();
+  }
+  Status first;
+  auto keep_first = [&first](const Status& status) {
+    if (first.is_ok() && !status.is_ok()) first = status;
+  };
+  if (default_stream_ != nullptr) keep_first(default_stream_->synchronize());
+  if (first.is_ok() && engine_->error().is_ok() && size_ > 1) {
+    CollectiveArgs args;
+    args.kind = ZRT_COLL_BARRIER;
+    args.purpose = Purpose::kInternal;
+    Status status = enqueue_collective(*default_stream_, rank_, size_, args);
+    if (status.is_ok()) status = default_stream_->synchronize();
+    keep_first(status.with_context("destroy: closing barrier"));
+  }
+  keep_first(engine_->shutdown());
+  default_stream_ = nullptr;
+  engine_.reset();
+  transport_.reset();
+  return first;
+}
+
+Communicator::~Communicator() {
+  Status status = destroy();
+  if (!status.is_ok()) ZRT_LOG_WARN("{}: destroy: {}", options_.name, status.message());
+}
+
+Status Communicator::create_premul_op(double scalar, zrt_op_t* op) {
+  if (op == nullptr) return Status::invalid_argument("op is NULL");
+  if (!std::isfinite(scalar)) {
+    return Status::invalid_argument("scalar {} is not a finite number", scalar);
+  }
+  std::lock_guard<std::mutex> lock(ops_mutex_);
+  size_t index = 0;
+  while (index < premul_live_.size() && premul_live_[index]) ++index;
+  if (index == premul_live_.size()) {
+    premul_scalars_.push_back(scalar);
+    premul_live_.push_back(true);
+  } else {
+    premul_scalars_[index] = scalar;
+    premul_live_[index] = true;
+  }
+  *op = static_cast<zrt_op_t>(ZRT_OP_COUNT + static_cast<int>(index));
+  return Status::ok();
+}
+
+Status Communicator::destroy_op(zrt_op_t op) {
+  const int value = static_cast<int>(op);
+  if (value >= 0 && value < ZRT_OP_COUNT) {
+    return Status::invalid_argument("op {} is a built-in operation and cannot be destroyed", value);
+  }
+  std::lock_guard<std::mutex> lock(ops_mutex_);
+  const int index = value - ZRT_OP_COUNT;
+  if (value < 0 || index >= static_cast<int>(premul_live_.size()) || !premul_live_[index]) {
+    return Status::invalid_argument("op {} is not a live operation of this communicator", value);
+  }
+  premul_live_[index] = false;
+  return Status::ok();
+}
+
+bool Communicator::lookup_premul_op(zrt_op_t op, double* scalar) const {
+  const int index = static_cast<int>(op) - ZRT_OP_COUNT;
+  std::lock_guard<std::mutex> lock(ops_mutex_);
+  if (index < 0 || index >= static_cast<int>(premul_live_.size()) || !premul_live_[index]) {
+    return false;
+  }
+  if (scalar != nullptr) *scalar = premul_scalars_[index];
+  return true;
+}
+
+}  // namespace zrt

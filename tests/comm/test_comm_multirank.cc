@@ -1,0 +1,197 @@
+// Multi-rank tests of the communicator C API over real UCX between forked ranks: init through
+// the file OOB and through the environment (store), queries, split, destroy and re-init, ops,
+// stats, abort, and a peer that dies.
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/harness/file_bootstrap.h"
+#include "tests/harness/multirank.h"
+#include "zrt/zrt.h"
+
+namespace zrt::testing {
+namespace {
+
+std::string run_dir() {
+  const char* dir = std::getenv("ZRT_TEST_RUN_DIR");
+  return dir != nullptr ? dir : "";
+}
+
+#define ASSERT_ZRT(expr) ASSERT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
+#define EXPECT_ZRT(expr) EXPECT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
+
+// Barrier on a fresh stream, waited for: proves every rank of `comm` can talk.
+void barrier(zrt_comm_t comm) {
+  zrt_stream_t stream = nullptr;
+  ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+  EXPECT_ZRT(zrt_barrier(comm, stream));
+  EXPECT_ZRT(zrt_stream_synchronize(stream));
+  EXPECT_ZRT(zrt_stream_destroy(stream));
+}
+
+void check_queries(zrt_comm_t comm, int rank, int size) {
+  int value = -1;
+  EXPECT_ZRT(zrt_comm_rank(comm, &value));
+  EXPECT_EQ(value, rank);
+  EXPECT_ZRT(zrt_comm_size(comm, &value));
+  EXPECT_EQ(value, size);
+  int local_rank = -1, local_size = -1;
+  EXPECT_ZRT(zrt_comm_local_rank(comm, &local_rank));
+  EXPECT_ZRT(zrt_comm_local_size(comm, &local_size));
+  EXPECT_EQ(local_size, size);  // one host
+  EXPECT_EQ(local_rank, rank);
+  EXPECT_EQ(zrt_comm_rank(comm, nullptr), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(zrt_last_error()).find("rank"), std::string::npos);
+  EXPECT_EQ(zrt_comm_get_error(comm), ZRT_SUCCESS);
+}
+
+class CommOob : public ::testing::TestWithParam<int> {};
+
+// Init, query, barrier, destroy; then a second communicator in the same process.
+TEST_P(CommOob, InitQueryDestroyReinit) {
+  expect_ranks_pass(GetParam(), [](int rank, int size) {
+    for (int round = 0; round < 2; ++round) {
+      FileOob oob(run_dir(), "oob" + std::to_string(round), rank, size);
+      zrt_comm_t comm = nullptr;
+      ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+      check_queries(comm, rank, size);
+      barrier(comm);
+      EXPECT_ZRT(zrt_comm_destroy(comm));
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommOob, ::testing::Values(1, 2, 3, 4));
+
+class CommEnv : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommEnv, InitFromEnvironment) {
+  expect_ranks_pass(GetParam(), [](int rank, int size) {
+    zrt_comm_t comm = nullptr;
+    ASSERT_ZRT(zrt_comm_init_env(nullptr, &comm));
+    check_queries(comm, rank, size);
+    barrier(comm);
+    EXPECT_ZRT(zrt_comm_destroy(comm));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommEnv, ::testing::Values(1, 2, 3, 4));
+
+// Splits 4 ranks by parity with reversed keys, and once more with rank 3 opting out; checks the
+// new ranks and that each new communicator reduces over exactly its members.
+TEST(CommSplit, ColorsKeysAndNoColor) {
+  expect_ranks_pass(4, [](int rank, int size) {
+    FileOob oob(run_dir(), "split", rank, size);
+    zrt_comm_t comm = nullptr;
+    ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+    zrt_comm_t half = nullptr;
+    ASSERT_ZRT(zrt_comm_split(comm, rank % 2, -rank, nullptr, &half));
+    ASSERT_NE(half, nullptr);
+    int new_rank = -1, new_size = -1;
+    EXPECT_ZRT(zrt_comm_rank(half, &new_rank));
+    EXPECT_ZRT(zrt_comm_size(half, &new_size));
+    EXPECT_EQ(new_size, 2);
+    EXPECT_EQ(new_rank, rank >= 2 ? 0 : 1);  // key -rank: the higher old rank comes first
+    zrt_stream_t stream = nullptr;
+    ASSERT_ZRT(zrt_stream_create(half, ZRT_MEM_HOST, &stream));
+    int32_t value = rank, sum = 0;
+    EXPECT_ZRT(zrt_all_reduce(half, &value, &sum, 1, ZRT_I32, ZRT_SUM, stream));
+    EXPECT_ZRT(zrt_stream_synchronize(stream));
+    EXPECT_EQ(sum, rank % 2 == 0 ? 0 + 2 : 1 + 3);
+
+    zrt_comm_t most = nullptr;
+    ASSERT_ZRT(zrt_comm_split(comm, rank == 3 ? ZRT_SPLIT_NOCOLOR : 7, 0, nullptr, &most));
+    if (rank == 3) {
+      EXPECT_EQ(most, nullptr);
+    } else {
+      ASSERT_NE(most, nullptr);
+      check_queries(most, rank, 3);
+      barrier(most);
+      EXPECT_ZRT(zrt_comm_destroy(most));
+    }
+    EXPECT_EQ(zrt_comm_split(comm, -2, 0, nullptr, &most), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zrt_last_error()).find("color"), std::string::npos);
+    EXPECT_EQ(zrt_comm_split(comm, 0, 0, nullptr, nullptr), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zrt_last_error()).find("newcomm"), std::string::npos);
+    EXPECT_ZRT(zrt_comm_destroy(half));  // destroys `stream` too
+    barrier(comm);                       // the parent still works
+    EXPECT_ZRT(zrt_comm_destroy(comm));
+  });
+}
+
+TEST(CommOps, PremulOpsStatsAbort) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    FileOob oob(run_dir(), "ops", rank, size);
+    zrt_comm_t comm = nullptr;
+    ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+    zrt_op_t op;
+    ASSERT_ZRT(zrt_op_create_premul_sum(comm, 0.5, &op));
+    EXPECT_GE(static_cast<int>(op), ZRT_OP_COUNT);
+    EXPECT_EQ(zrt_op_create_premul_sum(comm, 0.5, nullptr), ZRT_INVALID_ARGUMENT);
+    EXPECT_ZRT(zrt_op_destroy(comm, op));
+    EXPECT_EQ(zrt_op_destroy(comm, op), ZRT_INVALID_ARGUMENT);  // already gone
+    EXPECT_EQ(zrt_op_destroy(comm, ZRT_SUM), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zrt_last_error()).find("built-in"), std::string::npos);
+
+    zrt_comm_stats_t stats{};
+    stats.size = sizeof(stats) - 1;
+    EXPECT_EQ(zrt_comm_stats(comm, &stats), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zrt_last_error()).find("stats->size"), std::string::npos);
+    barrier(comm);
+    stats.size = sizeof(stats);
+    EXPECT_ZRT(zrt_comm_stats(comm, &stats));
+    EXPECT_GE(stats.per_kind[ZRT_COLL_BARRIER].calls, 1u);
+    EXPECT_ZRT(zrt_comm_stats_reset(comm));
+    EXPECT_ZRT(zrt_comm_stats(comm, &stats));
+    EXPECT_EQ(stats.total.calls, 0u);
+
+    barrier(comm);  // both ranks are done talking before one aborts
+    EXPECT_ZRT(zrt_comm_abort(comm));
+    EXPECT_EQ(zrt_comm_get_error(comm), ZRT_REMOTE_ERROR);
+    EXPECT_NE(std::string(zrt_last_error()).find("aborted"), std::string::npos);
+    zrt_comm_destroy(comm);  // local after an abort: returns, whatever status
+  });
+}
+
+// A rank that exits right after init: the others' receive from it fails with ZRT_REMOTE_ERROR
+// or ZRT_TIMEOUT within the (short) timeout, and destroy still returns.
+TEST(CommFailure, PeerExitsBeforeReceive) {
+  RankOptions options;
+  options.env["ZRT_TIMEOUT"] = "5";
+  expect_ranks_pass(
+      3,
+      [](int rank, int size) {
+        FileOob oob(run_dir(), "death", rank, size);
+        zrt_comm_t comm = nullptr;
+        ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+        barrier(comm);
+        if (rank == size - 1) _exit(0);
+        const auto start = std::chrono::steady_clock::now();
+        zrt_stream_t stream = nullptr;
+        ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+        std::vector<char> buffer(64);
+        EXPECT_ZRT(zrt_recv(comm, buffer.data(), buffer.size(), ZRT_U8, size - 1, stream));
+        const zrt_status_t status = zrt_stream_synchronize(stream);
+        const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
+        EXPECT_TRUE(status == ZRT_REMOTE_ERROR || status == ZRT_TIMEOUT)
+            << zrt_status_string(status) << ": " << zrt_last_error();
+        EXPECT_LT(elapsed, 8000);
+        EXPECT_NE(zrt_comm_get_error(comm), ZRT_SUCCESS);
+        const auto destroy_start = std::chrono::steady_clock::now();
+        zrt_comm_destroy(comm);
+        EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - destroy_start)
+                      .count(),
+                  8000);
+      },
+      options);
+}
+
+}  // namespace
+}  // namespace zrt::testing
