@@ -114,7 +114,8 @@ class EngineImpl final : public ProgressEngine {
   void fail_stream_locked(StreamImpl& stream, const Status& reason);
   void finish_task(StreamImpl& stream);   // progress thread
   Status start_task(StreamImpl& stream);  // progress thread
-  bool check_timeouts(std::chrono::steady_clock::time_point now, int* sleep_ms);
+  bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
+                      std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
 
   Transport& transport_;

@@ -266,12 +266,8 @@ void EngineImpl::release_resources(StreamImpl& stream) {
 
 // Fails the engine for a communicating task that made no progress for the timeout; otherwise
 // lowers *sleep_ms to the time left before the nearest deadline. Returns true if it failed.
-bool EngineImpl::check_timeouts(std::chrono::steady_clock::time_point now, int* sleep_ms) {
-  std::vector<std::shared_ptr<StreamImpl>> streams;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    streams = streams_;
-  }
+bool EngineImpl::check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
+                                std::chrono::steady_clock::time_point now, int* sleep_ms) {
   const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
   for (const auto& stream : streams) {
     if (stream->running_ == nullptr || !stream->started_ || !stream->running_->communicates()) {
@@ -395,7 +391,7 @@ void EngineImpl::run() {
     if (advanced) continue;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
-    if (check_timeouts(std::chrono::steady_clock::now(), &sleep_ms)) continue;
+    if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
     if (!transport_.arm()) continue;
     pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     const int ready = ::poll(fds, 2, sleep_ms);
