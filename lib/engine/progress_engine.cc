@@ -293,6 +293,7 @@ void EngineImpl::run() {
   std::vector<std::shared_ptr<StreamImpl>> active;
   std::vector<std::shared_ptr<StreamImpl>> retired;
   uint64_t seen_version = std::numeric_limits<uint64_t>::max();
+  bool transport_failed = false;
   for (;;) {
     bool advanced = false;
     bool cancel = false;
@@ -336,9 +337,9 @@ void EngineImpl::run() {
     }
     if (exit_now) break;
 
-    bool any_running = false;
-    for (const auto& stream : active) any_running |= stream->running_ != nullptr;
-    if (any_running && transport_.progress() > 0) advanced = true;
+    // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
+    // events pending, and only progress() drains them.
+    if (transport_.progress() > 0) advanced = true;
 
     for (const auto& stream : active) {
       if (stream->running_ == nullptr) continue;
@@ -383,10 +384,13 @@ void EngineImpl::run() {
       }
     }
 
-    Status health = transport_.health();
-    if (!health.is_ok()) {
-      fail_engine(health);
-      continue;
+    if (!transport_failed) {
+      Status health = transport_.health();
+      if (!health.is_ok()) {
+        transport_failed = true;  // reported once; the engine stays failed
+        fail_engine(health);
+        continue;
+      }
     }
     if (advanced) continue;
 

@@ -2,6 +2,7 @@
 // propagation through events, abort, no-progress timeouts, a vanished peer, shutdown.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,14 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU seconds this process (all threads) has used so far.
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
 #define ASSERT_OK(expr)                                                    \
@@ -233,9 +242,40 @@ TEST(Engine, VanishedPeerFailsSurvivorsWithinTimeout) {
     EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
         << status.message();
     EXPECT_LT(seconds_since(start), 8.0);
+    // A failed engine sleeps: no spinning on the error.
+    const double cpu_before = cpu_seconds();
+    usleep(1000 * 1000);
+    EXPECT_LT(cpu_seconds() - cpu_before, 0.2);
   });
   EXPECT_TRUE(outcomes[0].passed()) << outcomes[0].describe();
   EXPECT_TRUE(outcomes[1].passed()) << outcomes[1].describe();
+}
+
+TEST(Engine, WaitsBlockWithoutSpinning) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "block"));
+    std::vector<float> buffer(1 << 20);
+    CollectiveArgs args;
+    args.count = buffer.size();
+    args.peer = 1 - rank;
+    if (rank == 1) {
+      usleep(1200 * 1000);  // the peer waits this long for the message
+      args.kind = ZRT_COLL_SEND;
+      args.sendbuf = buffer.data();
+      ASSERT_OK(rig.run(args));
+      return;
+    }
+    // Idle engine, then an engine waiting for a message, then a host thread blocked on it.
+    double cpu_before = cpu_seconds();
+    usleep(300 * 1000);
+    EXPECT_LT(cpu_seconds() - cpu_before, 0.1) << "idle engine";
+    args.kind = ZRT_COLL_RECV;
+    args.recvbuf = buffer.data();
+    cpu_before = cpu_seconds();
+    ASSERT_OK(rig.run(args));
+    EXPECT_LT(cpu_seconds() - cpu_before, 0.2) << "waiting for a message for about 0.9 s";
+  });
 }
 
 }  // namespace
