@@ -208,4 +208,34 @@ Status binding_for_local_rank(int local_rank, int local_ranks, RankBinding* bind
   return Status::ok();
 }
 
+Status prepare_launch_binding(int local_ranks, LaunchBinding* binding) {
+  Topology topology;
+  ZRT_RETURN_IF_ERROR(discover_topology(&topology));
+  LaunchBinding out;
+  ZRT_RETURN_IF_ERROR(plan_binding(topology, local_ranks, &out.plan));
+  for (const RankBinding& rb : out.plan.ranks) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : rb.cpus) {
+      if (cpu < 0 || cpu >= CPU_SETSIZE) {
+        return Status::invalid_argument("binding of local rank {}: CPU {} out of range",
+                                        rb.local_rank, cpu);
+      }
+      CPU_SET(cpu, &set);
+    }
+    out.cpu_sets.push_back(set);
+    std::vector<std::string> env;
+    for (const auto& [name, value] : binding_environment(rb)) env.push_back(name + "=" + value);
+    out.environment.push_back(std::move(env));
+  }
+  *binding = std::move(out);
+  return Status::ok();
+}
+
+int apply_launch_binding(const LaunchBinding& binding, int local_rank) noexcept {
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= binding.cpu_sets.size()) return EINVAL;
+  const cpu_set_t& set = binding.cpu_sets[static_cast<size_t>(local_rank)];
+  return sched_setaffinity(0, sizeof(set), &set) == 0 ? 0 : errno;
+}
+
 }  // namespace zrt::tools

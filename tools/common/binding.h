@@ -3,6 +3,8 @@
 // zrt-run --bind applies it to each child before exec.
 #pragma once
 
+#include <sched.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -42,5 +44,22 @@ Status apply_binding(const RankBinding& binding);
 // Discovers the topology, plans for `local_ranks` and returns the binding of `local_rank`:
 // the one call zrt-run needs.
 Status binding_for_local_rank(int local_rank, int local_ranks, RankBinding* binding);
+
+// What a launcher needs to bind its children: everything computed before fork(), so that the
+// child only makes one system call between fork and exec (where a multi-threaded parent's
+// child may only make async-signal-safe calls).
+struct LaunchBinding {
+  BindingPlan plan;
+  std::vector<cpu_set_t> cpu_sets;                    // by local rank
+  std::vector<std::vector<std::string>> environment;  // "NAME=value" entries, by local rank
+};
+
+// Discovers the topology and plans `local_ranks` ranks. Errors: ZRT_UNSUPPORTED without hwloc
+// (the message says how to enable it), the planner's errors.
+Status prepare_launch_binding(int local_ranks, LaunchBinding* binding);
+
+// In the child, after fork and before exec: binds the calling process to its rank's CPUs.
+// Async-signal-safe (one sched_setaffinity call). Returns 0 or an errno value.
+int apply_launch_binding(const LaunchBinding& binding, int local_rank) noexcept;
 
 }  // namespace zrt::tools

@@ -1,0 +1,116 @@
+// zrt-mem against the partition manager: real managers on real ranks register the same model
+// with the same settings, and zrt_partition_memory (measured from their arenas) must equal
+// zrt-mem's plan field by field, for every stage.
+#include <gtest/gtest.h>
+
+#include "lib/partition/config.h"
+#include "tests/harness/multirank.h"
+#include "tools/zrt-mem/mem_plan.h"
+#include "tools/zrt-mem/model_spec.h"
+#include "zrt/zrt.h"
+
+namespace zrt::mem {
+namespace {
+
+#define ASSERT_ZRT(call) ASSERT_EQ((call), ZRT_SUCCESS) << #call << ": " << zrt_last_error()
+
+ModelSpec test_model() {
+  TransformerShape shape;
+  shape.layers = 3;
+  shape.hidden = 96;
+  shape.heads = 4;
+  shape.vocab = 1000;
+  shape.seq = 64;
+  ModelSpec model;
+  EXPECT_TRUE(model_from_transformer(shape, &model).is_ok());
+  // A frozen tensor too: replicated, outside every segment.
+  model.params.push_back({"h.0.frozen_table", 5000, 1, ZRT_PARAM_FROZEN});
+  return model;
+}
+
+struct Setting {
+  zrt_dtype_t param_dtype;
+  zrt_dtype_t reduce_dtype;
+  size_t bucket_bytes;
+  int prefetch_depth;
+  int slots;
+};
+
+void check_rank(int /*rank*/, int size) {
+  zrt_comm_t comm = nullptr;
+  ASSERT_ZRT(zrt_comm_init_env(nullptr, &comm));
+  const ModelSpec model = test_model();
+  const Setting settings[] = {{ZRT_BF16, ZRT_F32, 64 << 10, 1, 2},
+                              {ZRT_F16, ZRT_F16, 1 << 20, 2, 1},
+                              {ZRT_F32, ZRT_F32, 100 << 10, 0, 2}};
+  for (const Setting& setting : settings) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(::testing::Message()
+                   << "stage " << stage << " param dtype " << setting.param_dtype << " bucket "
+                   << setting.bucket_bytes);
+      zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+      config.stage = stage;
+      config.param_dtype = setting.param_dtype;
+      config.reduce_dtype = setting.reduce_dtype;
+      config.bucket_bytes = setting.bucket_bytes;
+      config.prefetch_depth = setting.prefetch_depth;
+      config.optimizer_slots = setting.slots;
+      zrt_partition_t pm = nullptr;
+      ASSERT_ZRT(zrt_partition_create(comm, &config, &pm));
+      for (const UnitSpec& unit : model.units) {
+        int index = 0;
+        ASSERT_ZRT(zrt_partition_add_unit(pm, unit.name.c_str(), &index));
+      }
+      for (const ParamSpec& param : model.params) {
+        int index = 0;
+        ASSERT_ZRT(zrt_partition_add_param(pm, param.unit, param.name.c_str(), param.numel,
+                                           param.flags, &index));
+      }
+      ASSERT_ZRT(zrt_partition_finalize(pm));
+      zrt_partition_memory_t measured{};
+      measured.size = sizeof(measured);
+      ASSERT_ZRT(zrt_partition_memory(pm, &measured));
+      ASSERT_ZRT(zrt_partition_destroy(pm));
+
+      // zrt-mem's side: the same settings through its own path.
+      MemRequest request;
+      ASSERT_TRUE(partition_options_from_config(&config, &request.options).is_ok());
+      request.ranks = size;
+      request.model = model;
+      request.stages = {stage};
+      MemPlan plan;
+      Status planned = plan_memory(request, &plan);
+      ASSERT_TRUE(planned.is_ok()) << planned.message();
+      const MemoryFigures& f = plan.stages[0].figures;
+      EXPECT_EQ(measured.full_params, f.full_params);
+      EXPECT_EQ(measured.param_shard, f.param_shard);
+      EXPECT_EQ(measured.gradients, f.gradients);
+      EXPECT_EQ(measured.grad_shard, f.grad_shard);
+      EXPECT_EQ(measured.master, f.master);
+      EXPECT_EQ(measured.optimizer_state, f.optimizer_state);
+      EXPECT_EQ(measured.buckets, f.buckets);
+      EXPECT_EQ(measured.gather_window, f.gather_window);
+      EXPECT_EQ(measured.grad_staging, f.grad_staging);
+      EXPECT_EQ(measured.model_state, f.model_state);
+      EXPECT_EQ(measured.total, f.total);
+      EXPECT_DOUBLE_EQ(measured.theoretical_model_state, f.theoretical_model_state);
+      EXPECT_EQ(measured.parameters, f.parameters);
+      EXPECT_EQ(measured.padded_parameters, f.padded_parameters);
+      EXPECT_GT(f.model_state, 0u);
+    }
+  }
+  ASSERT_ZRT(zrt_comm_destroy(comm));
+}
+
+TEST(ZrtMemAgreement, OneRank) {
+  zrt::testing::expect_ranks_pass(1, check_rank);
+}
+TEST(ZrtMemAgreement, TwoRanks) {
+  zrt::testing::expect_ranks_pass(2, check_rank);
+}
+TEST(ZrtMemAgreement, ThreeRanks) {
+  zrt::testing::expect_ranks_pass(3, check_rank);
+}
+
+}  // namespace
+}  // namespace zrt::mem

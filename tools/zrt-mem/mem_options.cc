@@ -1,0 +1,198 @@
+#include "tools/zrt-mem/mem_options.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "lib/core/dtype.h"
+#include "tools/common/json_file.h"
+#include "tools/common/units.h"
+
+namespace zrt::mem {
+namespace {
+
+Status parse_dtype(const std::string& text, const char* flag, zrt_dtype_t* dtype) {
+  if (!dtype_from_name(text.c_str(), dtype)) {
+    return Status::invalid_argument("{}: unknown data type '{}' (choose f32, f16 or bf16)", flag,
+                                    text);
+  }
+  return Status::ok();
+}
+
+Status optimizer_slots(const std::string& name, int* slots) {
+  if (name == "adam" || name == "adamw" || name == "lamb")
+    *slots = 2;
+  else if (name == "momentum" || name == "sgd-momentum" || name == "adafactor" || name == "lion")
+    *slots = 1;
+  else if (name == "sgd")
+    *slots = 0;
+  else
+    return Status::invalid_argument(
+        "--optimizer: unknown optimizer '{}' (adam, adamw, lamb: 2 slots; momentum, lion: 1; "
+        "sgd: 0; or give --optimizer-slots)",
+        name);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status parse_mem_command(int argc, const char* const* argv, MemCommand* command) {
+  CLI::App app{
+      "zrt-mem: memory per rank for ZeRO stages 0-3, without running anything.\n"
+      "The figures come from the partition manager's own memory model, so they are what\n"
+      "zrt_partition_memory reports once the model is registered with the same settings."};
+  app.footer(
+      "Model: --params COUNT (split into --units equal units), or a transformer shape\n"
+      "(--layers --hidden --heads [--vocab --seq --micro-batch], which also gives activations),\n"
+      "or --profile FILE: {\"units\": [{\"name\": \"embed\", \"params\": 38597376}, {\"name\":\n"
+      "\"block0\", \"params\": [{\"name\": \"qkv.weight\", \"numel\": 1769472}, ...]}, ...]}.\n"
+      "Defaults: f16 parameters and gradients, f32 master, Adam (2 slots): the ZeRO paper's\n"
+      "mixed precision (16 bytes per parameter in plain data parallelism). The partition\n"
+      "manager's own default is f32: pass --dtype f32 to plan for an unconfigured manager, or\n"
+      "--config FILE to plan for exactly the JSON config it will load.\n"
+      "\n"
+      "Examples:\n"
+      "  zrt-mem --params 7.5e9 --ranks 64                  the ZeRO paper's example\n"
+      "  zrt-mem --params 1.3B --ranks 8 --gpu-memory 24GB  which stages fit on 24 GB cards\n"
+      "  zrt-mem --layers 48 --hidden 1600 --heads 25 --seq 1024 --micro-batch 4 --ranks 16\n"
+      "  zrt-mem --profile model.json --ranks 8 --config zrt.json --stage 3 --json\n"
+      "\n"
+      "Exit codes: 0 ok, 2 bad command line or input file.");
+
+  std::string params, profile, config, dtype, param_dtype, reduce_dtype, optimizer = "adam";
+  std::string bucket, prefetch_bytes, max_live, device;
+  int units = 32, slots = -1, prefetch_depth = -1, alignment = 0, stage = -1;
+  long long persistence = -1;
+  TransformerShape shape;
+  bool no_sync = false;
+  int ranks = 0;
+  app.add_option("--params", params, "trainable parameters: 7.5e9, 7.5B, 125M");
+  app.add_option("--units", units, "units (layers) the --params are split into (default 32)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--profile", profile, "model profile JSON file (units and their parameters)");
+  auto* layers = app.add_option("--layers", shape.layers, "transformer layers");
+  app.add_option("--hidden", shape.hidden, "transformer hidden size");
+  app.add_option("--heads", shape.heads, "attention heads");
+  app.add_option("--vocab", shape.vocab, "vocabulary size (default 50257)");
+  app.add_option("--seq", shape.seq, "sequence length (default 1024)");
+  app.add_option("--micro-batch", shape.micro_batch, "micro-batch size per rank (default 1)");
+  app.add_option("-n,--ranks", ranks, "data-parallel ranks N (default $WORLD_SIZE)");
+  app.add_option("--stage", stage, "plan only this stage (default: 0, 1, 2 and 3)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--config", config,
+                 "partition config JSON (what zrt_partition_config_load "
+                 "reads); flags below override it");
+  app.add_option("--dtype", dtype, "parameter and gradient dtype: f16, bf16, f32 (default f16)");
+  app.add_option("--param-dtype", param_dtype, "parameter dtype");
+  app.add_option("--reduce-dtype", reduce_dtype, "gradient reduction dtype (default: --dtype)");
+  app.add_option("--optimizer", optimizer, "adam (default), adamw, lamb, momentum, lion, sgd");
+  app.add_option("--optimizer-slots", slots,
+                 "f32 state arrays per parameter (overrides "
+                 "--optimizer)")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--bucket", bucket, "reduction bucket size (default 25MiB)");
+  app.add_option("--prefetch-depth", prefetch_depth, "stage 3 units gathered ahead (default 1)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--prefetch-bytes", prefetch_bytes, "stage 3 cap on prefetched bytes");
+  app.add_option("--max-live", max_live, "stage 3 cap on gathered bytes at once");
+  app.add_option("--persistence-threshold", persistence,
+                 "stage 3: parameters with fewer elements stay gathered (default 100000)");
+  app.add_option("--alignment", alignment, "slice alignment in elements (default 128)");
+  app.add_flag("--no-sync", no_sync,
+               "stages 2/3: keep full local gradients for no-sync "
+               "accumulation");
+  app.add_option("--gpu-memory,--device-memory", device,
+                 "memory per device (80GB, 24GiB): flag the stages that fit");
+  app.add_flag("--json", command->json, "print JSON instead of the table");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    command->show_help = true;
+    command->help = app.help();
+    return Status::ok();
+  } catch (const CLI::ParseError& e) {
+    return Status::invalid_argument("{} (see --help)", e.what());
+  }
+
+  MemRequest& req = command->request;
+  if (ranks == 0) {
+    const char* env = std::getenv("WORLD_SIZE");
+    if (env == nullptr || std::atoi(env) < 1) {
+      return Status::invalid_argument("--ranks: how many data-parallel ranks? (e.g. --ranks 64)");
+    }
+    ranks = std::atoi(env);
+  }
+  if (ranks < 1) return Status::invalid_argument("--ranks must be at least 1, got {}", ranks);
+  req.ranks = ranks;
+
+  // The model: exactly one description.
+  int sources = !params.empty() + !profile.empty() + (layers->count() > 0);
+  if (sources == 0) {
+    return Status::invalid_argument(
+        "no model: give --params COUNT, --profile FILE, or a transformer shape (--layers "
+        "--hidden --heads)");
+  }
+  if (sources > 1) {
+    return Status::invalid_argument(
+        "give only one of --params, --profile and --layers/--hidden/--heads");
+  }
+  if (!params.empty()) {
+    uint64_t count = 0;
+    ZRT_RETURN_IF_ERROR(tools::parse_count(params, "--params", &count));
+    ZRT_RETURN_IF_ERROR(model_from_param_count(count, units, &req.model));
+  } else if (!profile.empty()) {
+    tools::JsonFile file;
+    ZRT_RETURN_IF_ERROR(file.load(profile));
+    ZRT_RETURN_IF_ERROR(model_from_profile(file, &req.model));
+  } else {
+    ZRT_RETURN_IF_ERROR(model_from_transformer(shape, &req.model));
+  }
+
+  // Settings: zrt-mem's defaults (mixed precision), or the config file, then the flags.
+  PartitionOptions& o = req.options;
+  if (!config.empty()) {
+    ZRT_RETURN_IF_ERROR(partition_options_load_json_file(config, &o));
+  } else {
+    o.param_dtype = ZRT_F16;
+    o.reduce_dtype = ZRT_F16;
+  }
+  if (!dtype.empty()) {
+    ZRT_RETURN_IF_ERROR(parse_dtype(dtype, "--dtype", &o.param_dtype));
+    o.reduce_dtype = o.param_dtype;
+  }
+  if (!param_dtype.empty())
+    ZRT_RETURN_IF_ERROR(parse_dtype(param_dtype, "--param-dtype", &o.param_dtype));
+  if (!reduce_dtype.empty())
+    ZRT_RETURN_IF_ERROR(parse_dtype(reduce_dtype, "--reduce-dtype", &o.reduce_dtype));
+  if (slots >= 0) {
+    o.optimizer_slots = slots;
+  } else if (app.count("--optimizer") > 0 || config.empty()) {
+    ZRT_RETURN_IF_ERROR(optimizer_slots(optimizer, &o.optimizer_slots));
+  }
+  uint64_t bytes = 0;
+  if (!bucket.empty()) {
+    ZRT_RETURN_IF_ERROR(tools::parse_size(bucket, "--bucket", &bytes));
+    o.bucket_bytes = bytes;
+  }
+  if (!prefetch_bytes.empty()) {
+    ZRT_RETURN_IF_ERROR(tools::parse_size(prefetch_bytes, "--prefetch-bytes", &bytes));
+    o.prefetch_bytes = bytes;
+  }
+  if (!max_live.empty()) {
+    ZRT_RETURN_IF_ERROR(tools::parse_size(max_live, "--max-live", &bytes));
+    o.max_live_bytes = bytes;
+  }
+  if (prefetch_depth >= 0) o.prefetch_depth = prefetch_depth;
+  if (persistence >= 0) o.persistence_threshold = static_cast<size_t>(persistence);
+  if (alignment > 0) o.alignment = static_cast<size_t>(alignment);
+  if (no_sync) o.no_sync_accumulation = true;
+  if (stage >= 0) req.stages = {stage};
+  if (!device.empty()) {
+    ZRT_RETURN_IF_ERROR(tools::parse_real_size(device, "--gpu-memory", &req.device_bytes));
+  }
+  return Status::ok();
+}
+
+}  // namespace zrt::mem

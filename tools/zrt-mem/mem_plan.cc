@@ -1,0 +1,175 @@
+#include "tools/zrt-mem/mem_plan.h"
+
+#include <fmt/format.h>
+
+#include "lib/core/dtype.h"
+#include "tools/common/table.h"
+#include "tools/common/units.h"
+
+namespace zrt::mem {
+
+Status plan_memory(const MemRequest& request, MemPlan* plan) {
+  if (request.ranks < 1)
+    return Status::invalid_argument("--ranks must be at least 1, got {}", request.ranks);
+  MemPlan out;
+  for (int stage : request.stages) {
+    PartitionOptions options = request.options;
+    options.stage = stage;
+    ZRT_RETURN_IF_ERROR(
+        validate_partition_options(options).with_context(fmt::format("stage {}", stage)));
+    StagePlan sp;
+    sp.stage = stage;
+    ZRT_RETURN_IF_ERROR(compute_memory_figures(options, request.ranks, request.model.units,
+                                               request.model.params, &sp.figures)
+                            .with_context(fmt::format("stage {}", stage)));
+    out.stages.push_back(sp);
+  }
+  if (request.model.has_shape) {
+    out.has_activations = true;
+    out.activations =
+        estimate_activations(request.model.shape, dtype_size(request.options.param_dtype));
+  }
+  *plan = std::move(out);
+  return Status::ok();
+}
+
+namespace {
+
+std::string gb(double bytes) {
+  return tools::format_gb(bytes);
+}
+
+}  // namespace
+
+std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
+  const PartitionOptions& o = request.options;
+  std::string out = fmt::format(
+      "# zrt-mem: {}\n# {} ranks; parameters {}, gradients reduced in {}, master f32, optimizer "
+      "{} f32 slot(s); bucket {}, prefetch depth {}, alignment {}\n#\n",
+      request.model.description, request.ranks, dtype_name(o.param_dtype),
+      dtype_name(o.reduce_dtype), o.optimizer_slots, tools::format_size(o.bucket_bytes),
+      o.prefetch_depth, o.alignment);
+
+  tools::Table t;
+  t.add_column("per rank", tools::Table::Align::kLeft);
+  for (const StagePlan& sp : plan.stages) {
+    t.add_column(sp.stage == 0 ? "stage 0 (DP)" : fmt::format("stage {}", sp.stage));
+  }
+  auto row = [&](const std::string& label, auto value) {
+    std::vector<std::string> cells{label};
+    for (const StagePlan& sp : plan.stages) cells.push_back(value(sp.figures));
+    t.add_row(cells);
+  };
+  t.add_separator("model state");
+  row("parameters",
+      [](const MemoryFigures& f) { return gb(double(f.full_params + f.param_shard)); });
+  row("gradients", [](const MemoryFigures& f) { return gb(double(f.gradients + f.grad_shard)); });
+  row("master weights (f32)", [](const MemoryFigures& f) { return gb(double(f.master)); });
+  row(fmt::format("optimizer state ({} x f32)", o.optimizer_slots),
+      [](const MemoryFigures& f) { return gb(double(f.optimizer_state)); });
+  row("= model state", [](const MemoryFigures& f) { return gb(double(f.model_state)); });
+  row("ZeRO formula (unpadded)",
+      [](const MemoryFigures& f) { return gb(f.theoretical_model_state); });
+  t.add_separator("constant buffers (independent of model size)");
+  row("reduction buckets", [](const MemoryFigures& f) { return gb(double(f.buckets)); });
+  row("gather window (stage 3)",
+      [](const MemoryFigures& f) { return gb(double(f.gather_window)); });
+  row("gradient staging", [](const MemoryFigures& f) { return gb(double(f.grad_staging)); });
+  row("= zrt total", [](const MemoryFigures& f) { return gb(double(f.total)); });
+  if (plan.has_activations) {
+    const ActivationEstimate& a = plan.activations;
+    t.add_separator(fmt::format("activations (micro-batch {}, sequence {}; same for every stage)",
+                                request.model.shape.micro_batch, request.model.shape.seq));
+    row("without checkpointing", [&](const MemoryFigures&) { return gb(a.without_checkpointing); });
+    row("with checkpointing", [&](const MemoryFigures&) { return gb(a.with_checkpointing); });
+    row("zrt total + activations",
+        [&](const MemoryFigures& f) { return gb(double(f.total) + a.without_checkpointing); });
+    row("  ... with checkpointing",
+        [&](const MemoryFigures& f) { return gb(double(f.total) + a.with_checkpointing); });
+  }
+  if (request.device_bytes > 0) {
+    t.add_separator(fmt::format("fits in {} per device?", gb(request.device_bytes)));
+    auto fits = [&](double need) {
+      return need <= request.device_bytes ? std::string("yes") : std::string("no");
+    };
+    if (plan.has_activations) {
+      row("without checkpointing", [&](const MemoryFigures& f) {
+        return fits(double(f.total) + plan.activations.without_checkpointing);
+      });
+      row("with checkpointing", [&](const MemoryFigures& f) {
+        return fits(double(f.total) + plan.activations.with_checkpointing);
+      });
+    } else {
+      row("zrt total (no activations)",
+          [&](const MemoryFigures& f) { return fits(double(f.total)); });
+    }
+  }
+  out += t.render("# ");
+  if (!plan.has_activations) {
+    out +=
+        "# (activations: give a transformer shape, --layers/--hidden/--heads, to estimate them)\n";
+  }
+  return out;
+}
+
+nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) {
+  const PartitionOptions& o = request.options;
+  nlohmann::json j;
+  j["tool"] = "zrt-mem";
+  j["model"] = {{"description", request.model.description},
+                {"parameters", request.model.total_params()},
+                {"frozen_parameters", request.model.frozen_params()},
+                {"units", request.model.units.size()}};
+  j["settings"] = {{"ranks", request.ranks},
+                   {"param_dtype", dtype_name(o.param_dtype)},
+                   {"reduce_dtype", dtype_name(o.reduce_dtype)},
+                   {"optimizer_slots", o.optimizer_slots},
+                   {"bucket_bytes", o.bucket_bytes},
+                   {"prefetch_depth", o.prefetch_depth},
+                   {"prefetch_bytes", o.prefetch_bytes},
+                   {"max_live_bytes", o.max_live_bytes},
+                   {"persistence_threshold", o.persistence_threshold},
+                   {"alignment", o.alignment},
+                   {"no_sync_accumulation", o.no_sync_accumulation},
+                   {"device_bytes", request.device_bytes}};
+  for (const StagePlan& sp : plan.stages) {
+    const MemoryFigures& f = sp.figures;
+    nlohmann::json s = {{"stage", sp.stage},
+                        {"full_params", f.full_params},
+                        {"param_shard", f.param_shard},
+                        {"gradients", f.gradients},
+                        {"grad_shard", f.grad_shard},
+                        {"master", f.master},
+                        {"optimizer_state", f.optimizer_state},
+                        {"buckets", f.buckets},
+                        {"gather_window", f.gather_window},
+                        {"grad_staging", f.grad_staging},
+                        {"model_state", f.model_state},
+                        {"total", f.total},
+                        {"theoretical_model_state", f.theoretical_model_state},
+                        {"parameters", f.parameters},
+                        {"padded_parameters", f.padded_parameters}};
+    if (plan.has_activations) {
+      s["total_with_activations"] = double(f.total) + plan.activations.without_checkpointing;
+      s["total_with_checkpointed_activations"] =
+          double(f.total) + plan.activations.with_checkpointing;
+    }
+    if (request.device_bytes > 0) {
+      double need =
+          double(f.total) + (plan.has_activations ? plan.activations.with_checkpointing : 0);
+      s["fits_with_checkpointing"] = need <= request.device_bytes;
+      if (plan.has_activations) {
+        s["fits_without_checkpointing"] =
+            double(f.total) + plan.activations.without_checkpointing <= request.device_bytes;
+      }
+    }
+    j["stages"].push_back(s);
+  }
+  if (plan.has_activations) {
+    j["activations"] = {{"without_checkpointing", plan.activations.without_checkpointing},
+                        {"with_checkpointing", plan.activations.with_checkpointing}};
+  }
+  return j;
+}
+
+}  // namespace zrt::mem
