@@ -31,6 +31,7 @@
 #include <fmt/format.h>
 
 #include "lib/bootstrap/store_server.h"
+#include "tools/common/binding.h"
 #include "tools/zrt-run/line_relay.h"
 
 extern char** environ;
@@ -143,12 +144,26 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
   std::fflush(stdout);
   std::fflush(stderr);
   ranks_.resize(static_cast<size_t>(options_.ranks));
+  // --bind: every rank's CPUs and environment are planned here, before any fork.
+  tools::LaunchBinding binding;
+  if (options_.bind) {
+    const Status planned = tools::prepare_launch_binding(options_.ranks, &binding);
+    if (!planned.is_ok()) {
+      message("--bind: " + planned.message());
+      return false;
+    }
+  }
   for (int rank = 0; rank < options_.ranks; ++rank) {
     RankProcess& process = ranks_[static_cast<size_t>(rank)];
     process.rank = rank;
     // Everything the child needs is built before fork(): the store's thread is running, so the
     // child may only make async-signal-safe calls until exec.
-    const std::vector<std::string> env = rank_environment(rank, options_, port, token);
+    std::vector<std::string> env = rank_environment(rank, options_, port, token);
+    if (options_.bind) {
+      const auto& extra = binding.environment[static_cast<size_t>(rank)];
+      env.insert(env.end(), extra.begin(), extra.end());
+    }
+    const std::string bind_failed = fmt::format("zrt-run: rank {}: --bind failed: ", rank);
     std::vector<char*> envp;
     for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
     envp.push_back(nullptr);
@@ -176,7 +191,17 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
       dup2(err_pipe[1], STDERR_FILENO);
       signal(SIGPIPE, SIG_DFL);
       sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-      // --bind: CPU binding of this rank goes here (another engineer adds it).
+      if (options_.bind) {
+        const int bind_errno = tools::apply_launch_binding(binding, rank);
+        if (bind_errno != 0) {
+          ssize_t ignored = write(STDERR_FILENO, bind_failed.data(), bind_failed.size());
+          const char* reason = strerror(bind_errno);
+          ignored = write(STDERR_FILENO, reason, strlen(reason));
+          ignored = write(STDERR_FILENO, "\n", 1);
+          (void)ignored;
+          _exit(126);
+        }
+      }
       execvpe(argv[0], argv.data(), envp.data());
       const int err = errno;
       ssize_t ignored = write(STDERR_FILENO, exec_failed.data(), exec_failed.size());

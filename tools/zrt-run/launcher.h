@@ -15,8 +15,9 @@ struct LaunchOptions {
   bool tag_output = false;  // "[rank:stdout] " / "[rank:stderr] " instead
   double timeout_s = 0;     // kill the job after this long; 0 = no limit
   int64_t grace_ms = 3000;  // between SIGTERM and SIGKILL when bringing the job down
-  // --bind: CPU binding from hwloc goes here (another engineer adds it; not implemented yet).
-  // Expected shape: a policy field read by the launcher right after fork(), before exec().
+  // --bind: bind each rank to the cores of tools/common/binding.h's plan (zrt-topo prints it),
+  // applied right after fork(), before exec().
+  bool bind = false;
   std::vector<std::string> command;  // program and its arguments
 };
 

@@ -13,6 +13,7 @@ constexpr const char* kExamples = R"(Examples:
   zrt-run -n 2 --no-prefix ./bench       raw output
   zrt-run -n 8 --timeout 600 ./job       kill the job if it runs longer than 10 minutes
   zrt-run -n 2 --tag-output ./prog       "[rank:stdout] " / "[rank:stderr] " prefixes
+  zrt-run -n 2 --bind ./prog             each rank on its own cores (see zrt-topo -n 2)
 
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
 MASTER_PORT, ZRT_JOB_TOKEN (random) and ZRT_STORE_EXTERNAL=1: zrt-run serves the rendezvous
@@ -44,7 +45,9 @@ int main(int argc, char** argv) {
   app.add_option("--grace-ms", options.grace_ms,
                  "milliseconds between SIGTERM and SIGKILL when the job is brought down")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
-  // --bind (CPU binding from hwloc) is added here by another engineer; see LaunchOptions.
+  app.add_flag("--bind", options.bind,
+               "bind each rank to its own cores, near its GPU/NIC (hwloc; `zrt-topo -n N` "
+               "shows the plan); exports ZRT_BIND_CPUS and ZRT_PROGRESS_CPU");
   // Everything from the program name on belongs to the program, options included, so the
   // program is not a CLI11 positional (that would let CLI11 parse the program's options).
   app.prefix_command();
