@@ -92,7 +92,7 @@ Status check_device_buffer(const void* buffer, size_t bytes, int device, const c
   return Status::ok();
 }
 
-Status check_buffers(const CollectiveArgs& args, int size, int device) {
+Status check_buffers(const CollectiveArgs& args, int rank, int size, int device) {
   const size_t bytes = args.count * dtype_size(args.dtype);
   const size_t n = static_cast<size_t>(size);
   size_t send_bytes = bytes;
@@ -112,6 +112,13 @@ Status check_buffers(const CollectiveArgs& args, int size, int device) {
       break;
     case ZRT_COLL_RECV:
       send_bytes = 0;
+      break;
+    // sendbuf is read on the root only (broadcast), recvbuf written on the root only (reduce).
+    case ZRT_COLL_BROADCAST:
+      if (rank != args.root) send_bytes = 0;
+      break;
+    case ZRT_COLL_REDUCE:
+      if (rank != args.root) recv_bytes = 0;
       break;
     default:
       break;
@@ -252,7 +259,7 @@ Status CudaStream::enqueue_device_collectives(int rank, int size, const Collecti
   }
   ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(nccl.device()));
   for (size_t i = 0; i < count; ++i) {
-    Status status = check_buffers(args[i], size, nccl.device());
+    Status status = check_buffers(args[i], rank, size, nccl.device());
     if (!status.is_ok()) {
       return status.with_context(
           fmt::format("{} #{} on CUDA stream {}", coll_kind_name(args[i].kind), i, index_));

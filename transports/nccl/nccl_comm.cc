@@ -151,13 +151,14 @@ Status NcclComm::init(const NcclUniqueIdBytes& id, const NcclCommOptions& option
   }
   // From here the comm handle exists; NcclComm owns it so that every exit path releases it.
   std::unique_ptr<NcclComm> made(new NcclComm(raw, options));
+  Status status;
   {
     std::lock_guard<std::mutex> lock(made->call_mutex_);
-    Status status = made->settle(result, what.c_str());
-    if (!status.is_ok()) {
-      made->abort(status);
-      return status;
-    }
+    status = made->settle(result, what.c_str());
+  }
+  if (!status.is_ok()) {
+    made->abort(status);  // takes call_mutex_ itself
+    return status;
   }
   ZRT_LOG_INFO("{}: NCCL communicator ready", what);
   *comm = std::move(made);
