@@ -215,7 +215,8 @@ TEST(UcxWireUp, PeerGoneBeforeWiring) {
     Status status =
         wire_ucx_transport(std::move(worker), rank, size, addresses, options, &transport);
     if (!status.is_ok()) {
-      EXPECT_NE(status.message().find("rank 2"), std::string::npos) << status.message();
+      // Names the unreachable rank: the dead one, or a survivor that already gave up and left.
+      EXPECT_NE(status.message().find("to rank"), std::string::npos) << status.message();
       return;
     }
     std::vector<uint8_t> in(8);

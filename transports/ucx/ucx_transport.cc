@@ -148,8 +148,9 @@ class UcxTransport final : public Transport {
   std::vector<PeerSlot> slots_;
   std::vector<Status> peer_failed_;  // non-ok once the peer's endpoint reported an error
   bool pending_peer_failure_ = false;
-  bool closing_ = false;  // farewell/close under way
-  bool wired_ = false;    // every endpoint exists (a failed wire-up must not say farewell)
+  bool closing_ = false;    // farewell/close under way
+  bool cancelled_ = false;  // cancel_all ran: the owner gave up on this communicator
+  bool wired_ = false;      // every endpoint exists (a failed wire-up must not say farewell)
   ErrorMode error_mode_ = ErrorMode::kHybrid;
   std::vector<ucp_ep_h> watchers_;  // hybrid mode: idle error-mode-PEER endpoints
   Status health_;
@@ -431,6 +432,7 @@ bool UcxTransport::arm() {
 }
 
 void UcxTransport::cancel_all(const Status& reason) {
+  cancelled_ = true;
   std::vector<UcxOp*> ops(outstanding_.begin(), outstanding_.end());
   for (UcxOp* op : ops) {
     op->has_reason = true;
@@ -465,7 +467,7 @@ void UcxTransport::cancel_all(const Status& reason) {
 // a failure. Skipped when unhealthy; bounded by the timeout. Returns whether it completed.
 bool UcxTransport::farewell() {
   closing_ = true;
-  if (size_ == 1 || !wired_ || !health_.is_ok()) return false;
+  if (size_ == 1 || !wired_ || !health_.is_ok() || cancelled_) return false;
   std::vector<TransportCompletion> sends(size_), recvs(size_);
   std::vector<void*> requests;
   auto post = [&](bool is_recv, int peer) {
