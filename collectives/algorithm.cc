@@ -11,8 +11,10 @@ Status algorithm_from_env(AllReduceAlgorithm* algorithm) {
     *algorithm = AllReduceAlgorithm::kAuto;
   } else if (std::strcmp(value, "ring") == 0) {
     *algorithm = AllReduceAlgorithm::kRing;
-  } else if (std::strcmp(value, "direct") == 0 || std::strcmp(value, "rd") == 0) {
+  } else if (std::strcmp(value, "direct") == 0) {
     *algorithm = AllReduceAlgorithm::kDirect;
+  } else if (std::strcmp(value, "rd") == 0) {
+    *algorithm = AllReduceAlgorithm::kRecursiveDoubling;
   } else {
     return Status::invalid_argument("ZRT_ALGO='{}' is not one of ring, rd, direct", value);
   }

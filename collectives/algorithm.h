@@ -7,11 +7,11 @@
 
 namespace zrt {
 
-enum class AllReduceAlgorithm { kAuto, kRing, kDirect };
+enum class AllReduceAlgorithm { kAuto, kRing, kDirect, kRecursiveDoubling };
 
-// Reads ZRT_ALGO: unset or empty = kAuto; "ring", "direct"; "rd" (recursive doubling) is served
-// by the direct exchange, which has the same single-round latency class and a rank-order
-// reduction. Anything else is ZRT_INVALID_ARGUMENT naming the value.
+// Reads ZRT_ALGO: unset or empty = kAuto; "ring", "direct", "rd" (recursive doubling). Anything
+// else is ZRT_INVALID_ARGUMENT naming the value. Automatic: direct exchange for small messages
+// (one round, rank-order reduction), ring reduce-scatter + all-gather otherwise.
 Status algorithm_from_env(AllReduceAlgorithm* algorithm);
 
 // Direct exchange below this many bytes per rank (and when N inputs fit the staging memory).

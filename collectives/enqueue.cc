@@ -12,6 +12,7 @@
 #include "collectives/direct_all_reduce.h"
 #include "collectives/local_copy.h"
 #include "collectives/point_to_point.h"
+#include "collectives/recursive_doubling_all_reduce.h"
 #include "collectives/reduce_chain.h"
 #include "collectives/ring_all_gather.h"
 #include "collectives/ring_reduce_scatter.h"
@@ -250,9 +251,13 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
                         : AllReduceAlgorithm::kRing;
       }
       ZRT_LOG_DEBUG("all_reduce of {} bytes on {} ranks: {} algorithm", bytes, size,
-                    algorithm == AllReduceAlgorithm::kDirect ? "direct" : "ring");
+                    algorithm == AllReduceAlgorithm::kDirect              ? "direct"
+                    : algorithm == AllReduceAlgorithm::kRecursiveDoubling ? "rd"
+                                                                          : "ring");
       if (algorithm == AllReduceAlgorithm::kDirect) {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
+      } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {
+        task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
       } else {
         BlockLayout layout{args.count / n, args.count % n};
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;

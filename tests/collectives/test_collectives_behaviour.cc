@@ -159,30 +159,62 @@ TEST(Collectives, PointToPointRingAndSelf) {
   });
 }
 
-TEST(Collectives, ForcedAlgorithmsAgreeBitwise) {
-  expect_ranks_pass(3, [](int rank, int size) {
-    Rig rig;
-    ASSERT_OK(rig.init(rank, size, "algo"));
-    const size_t count = 20011;
-    std::vector<float> in(count), ring(count), direct(count);
-    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 13 + rank * 5) % 23) - 11;
-    setenv("ZRT_ALGO", "ring", 1);
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), ring.data(), count)));
-    setenv("ZRT_ALGO", "direct", 1);
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count)));
-    // Exact inputs: both orders give the exact sum.
-    EXPECT_EQ(ring, direct);
-    setenv("ZRT_ALGO", "rd", 1);
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count)));
-    EXPECT_EQ(ring, direct);
-    setenv("ZRT_ALGO", "butterfly", 1);
-    Status bad = enqueue_collective(rig.stream(), rank, size,
-                                    make(ZRT_COLL_ALL_REDUCE, in.data(), direct.data(), count));
-    EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
-    EXPECT_NE(bad.message().find("ZRT_ALGO='butterfly'"), std::string::npos) << bad.message();
-    unsetenv("ZRT_ALGO");
-    ASSERT_OK(rig.stream().synchronize());
-  });
+// Every forced all-reduce algorithm against the f64 reference, with power-of-two and other N
+// (the recursive doubling fold), several ops, and messages beyond the staging memory
+// (segmented direct and recursive doubling); the results of each algorithm agree bitwise
+// across ranks.
+void forced_algorithms(int rank, int size) {
+  Rig rig;
+  ASSERT_OK(rig.init(rank, size, "algo"));
+  const zrt_dtype_t dtypes[] = {ZRT_F32, ZRT_BF16, ZRT_I32, ZRT_F64};
+  const zrt_op_t ops[] = {ZRT_SUM, ZRT_AVG, ZRT_MIN, ZRT_MAX, ZRT_PROD};
+  const size_t counts[] = {1, 7, 1023, 1048579};
+  std::vector<char> in(1048579 * 8), out(1048579 * 8);
+  uint64_t hash = 1469598103934665603ull;
+  for (const char* algo : {"ring", "direct", "rd"}) {
+    setenv("ZRT_ALGO", algo, 1);
+    for (zrt_dtype_t dtype : dtypes) {
+      for (zrt_op_t op : ops) {
+        if (op == ZRT_AVG && !dtype_is_floating(dtype)) continue;
+        for (size_t count : counts) {
+          if (count == 1048579 && op != ZRT_SUM) continue;
+          for (size_t i = 0; i < count; ++i) {
+            store(dtype, in.data(), i, input_value(dtype, op, rank, size, i));
+          }
+          ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, dtype, op)));
+          const double tol = tolerance(dtype, op);
+          for (size_t i = 0; i < count; ++i) {
+            const double expected = reference(dtype, op, size, i);
+            const double got = load(dtype, out.data(), i);
+            ASSERT_TRUE(tol == 0 ? got == expected : std::fabs(got - expected) <= tol)
+                << algo << " " << dtype_name(dtype) << " " << op_name(op) << " count " << count
+                << " element " << i << ": " << got << " != " << expected;
+          }
+          hash = fnv1a(out.data(), count * dtype_size(dtype), hash);
+        }
+      }
+    }
+  }
+  setenv("ZRT_ALGO", "butterfly", 1);
+  Status bad = enqueue_collective(rig.stream(), rank, size,
+                                  make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 4));
+  EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(bad.message().find("ZRT_ALGO='butterfly'"), std::string::npos) << bad.message();
+  unsetenv("ZRT_ALGO");
+  std::vector<uint64_t> hashes(size);
+  CollectiveArgs gather = make(ZRT_COLL_ALL_GATHER, &hash, hashes.data(), 1, ZRT_I64);
+  ASSERT_OK(rig.run(gather));
+  for (int r = 0; r < size; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
+}
+
+TEST(Collectives, ForcedAlgorithmsThreeRanks) {
+  expect_ranks_pass(3, forced_algorithms);
+}
+TEST(Collectives, ForcedAlgorithmsFourRanks) {
+  expect_ranks_pass(4, forced_algorithms);
+}
+TEST(Collectives, ForcedAlgorithmsSixRanks) {
+  expect_ranks_pass(6, forced_algorithms);
 }
 
 void expect_invalid(Rig& rig, const CollectiveArgs& args, const char* needle) {
