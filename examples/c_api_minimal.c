@@ -5,13 +5,13 @@
 
 #include "zrt/zrt.h"
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    zrt_status_t s_ = (call);                                                              \
-    if (s_ != ZRT_SUCCESS) {                                                               \
-      fprintf(stderr, "%s: %s (%s)\n", #call, zrt_status_string(s_), zrt_last_error());    \
-      return 1;                                                                            \
-    }                                                                                      \
+#define CHECK(call)                                                                     \
+  do {                                                                                  \
+    zrt_status_t s_ = (call);                                                           \
+    if (s_ != ZRT_SUCCESS) {                                                            \
+      fprintf(stderr, "%s: %s (%s)\n", #call, zrt_status_string(s_), zrt_last_error()); \
+      return 1;                                                                         \
+    }                                                                                   \
   } while (0)
 
 /* The framework's optimizer: zrt hands it the local shard (f32 master weights and the reduced,
@@ -58,7 +58,7 @@ int main(void) {
     CHECK(zrt_partition_fetch(pm, u));
     CHECK(zrt_partition_grad_data(pm, weight[u], (void**)&grad));
     memcpy(grad, ones, numel[u] * sizeof(float)); /* d(loss)/d(weight) = 1 everywhere */
-    CHECK(zrt_partition_grad_ready(pm, u)); /* starts this unit's reduce-scatter */
+    CHECK(zrt_partition_grad_ready(pm, u));       /* starts this unit's reduce-scatter */
     CHECK(zrt_partition_release(pm, u));
   }
   CHECK(zrt_partition_step(pm, sgd, &lr)); /* optimizer on the local shard only */
@@ -67,8 +67,8 @@ int main(void) {
   stats.size = sizeof(stats);
   CHECK(zrt_partition_memory(pm, &memory));
   CHECK(zrt_comm_stats(comm, &stats));
-  printf("rank %d/%d: model state %llu B (ZeRO-3 formula %.0f B), sent %llu B in %llu ops\n",
-         rank, size, (unsigned long long)memory.model_state, memory.theoretical_model_state,
+  printf("rank %d/%d: model state %llu B (ZeRO-3 formula %.0f B), sent %llu B in %llu ops\n", rank,
+         size, (unsigned long long)memory.model_state, memory.theoretical_model_state,
          (unsigned long long)stats.total.bytes_sent, (unsigned long long)stats.total.calls);
 
   CHECK(zrt_partition_destroy(pm));

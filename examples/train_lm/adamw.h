@@ -15,8 +15,10 @@ struct AdamWConfig {
 };
 
 // Updates elements [0, count) in place. `step` counts from 1. `decay` selects decoupled weight
-// decay for this range (matrices) or not (biases, embeddings).
-void adamw_update(const AdamWConfig& config, int step, bool decay, float* params,
-                  const float* grads, float* exp_avg, float* exp_avg_sq, size_t count);
+// decay for this range (matrices) or not (biases, embeddings). Gradients are multiplied by
+// grad_multiplier first (gradient clipping).
+void adamw_update(const AdamWConfig& config, int step, bool decay, float grad_multiplier,
+                  float* params, const float* grads, float* exp_avg, float* exp_avg_sq,
+                  size_t count);
 
 }  // namespace train_lm

@@ -8,8 +8,8 @@
 
 namespace train_lm {
 
-void linear_forward(const float* x, const float* w, const float* bias, float* y, int batch,
-                    int in, int out) {
+void linear_forward(const float* x, const float* w, const float* bias, float* y, int batch, int in,
+                    int out) {
   for (int b = 0; b < batch; ++b) std::memcpy(y + static_cast<size_t>(b) * out, bias, out * 4);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, out, in, 1.0f, x, in, w, out, 1.0f,
               y, out);

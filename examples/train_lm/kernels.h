@@ -8,8 +8,8 @@
 namespace train_lm {
 
 // y[b x out] = x[b x in] * w[in x out] + bias[out]
-void linear_forward(const float* x, const float* w, const float* bias, float* y, int batch,
-                    int in, int out);
+void linear_forward(const float* x, const float* w, const float* bias, float* y, int batch, int in,
+                    int out);
 // Given dy[b x out]: dw[in x out] += x^T dy, dbias[out] += sum_b dy, and (if dx) dx = dy w^T.
 void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                      float* dbias, int batch, int in, int out);

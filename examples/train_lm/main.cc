@@ -29,14 +29,14 @@
 namespace train_lm {
 namespace {
 
-#define CHECK_ZRT(call)                                                                  \
-  do {                                                                                   \
-    zrt_status_t status_ = (call);                                                       \
-    if (status_ != ZRT_SUCCESS) {                                                        \
-      std::fprintf(stderr, "train_lm: %s failed: %s: %s\n", #call,                       \
-                   zrt_status_string(status_), zrt_last_error());                        \
-      return 1;                                                                          \
-    }                                                                                    \
+#define CHECK_ZRT(call)                                                                        \
+  do {                                                                                         \
+    zrt_status_t status_ = (call);                                                             \
+    if (status_ != ZRT_SUCCESS) {                                                              \
+      std::fprintf(stderr, "train_lm: %s failed: %s: %s\n", #call, zrt_status_string(status_), \
+                   zrt_last_error());                                                          \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
 struct Tensor {
@@ -49,6 +49,7 @@ struct Tensor {
 struct OptimizerContext {
   AdamWConfig adamw;
   std::vector<bool> decay_of_param;
+  float grad_multiplier = 1.0f;  // gradient clipping: min(1, clip / global norm)
 };
 
 zrt_status_t adamw_callback(const zrt_optimizer_args_t* args, void* user_data) {
@@ -58,9 +59,9 @@ zrt_status_t adamw_callback(const zrt_optimizer_args_t* args, void* user_data) {
   for (size_t i = 0; i < args->num_pieces; ++i) {
     const zrt_shard_piece_t& piece = args->pieces[i];
     const size_t at = piece.shard_offset;
-    adamw_update(context->adamw, static_cast<int>(args->step),
-                 context->decay_of_param[piece.param], args->master + at, args->grad + at,
-                 args->state[0] + at, args->state[1] + at, piece.count);
+    adamw_update(context->adamw, static_cast<int>(args->step), context->decay_of_param[piece.param],
+                 context->grad_multiplier, args->master + at, args->grad + at, args->state[0] + at,
+                 args->state[1] + at, piece.count);
   }
   return ZRT_SUCCESS;
 }
@@ -81,16 +82,24 @@ std::string human_bytes(double bytes) {
   return text;
 }
 
-
 // The end-of-run figures: memory per category beside the ZeRO formula, bytes sent per step
 // beside 2P(N-1)/N or 3P(N-1)/N, and the loss trend. Returns the exit status.
-int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_partition_t pm,
-           int rank, int size,
-           size_t parameters, uint64_t bytes_per_step, const std::vector<double>& losses,
-           double seconds, const Model& model) {
+int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_stream_t stream,
+           zrt_partition_t pm, int rank, int size, size_t parameters,
+           const std::vector<double>& losses, double seconds, const Model& model) {
   zrt_partition_memory_t memory;
   memory.size = sizeof(memory);
   CHECK_ZRT(zrt_partition_memory(pm, &memory));
+  // Destroying the manager waits for its last communication (stages 1/2 gather the updated
+  // parameters after the final step): then the counters hold whole steps.
+  CHECK_ZRT(zrt_partition_destroy(pm));
+  zrt_comm_stats_t stats;
+  stats.size = sizeof(stats);
+  CHECK_ZRT(zrt_comm_stats(comm, &stats));
+  uint64_t zero_bytes = stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent +
+                        stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent;
+  if (options.stage == 0) zero_bytes += stats.per_kind[ZRT_COLL_ALL_REDUCE].bytes_sent;
+  const double bytes_per_step = static_cast<double>(zero_bytes) / options.steps;
   bool ok = true;
 
   // Traffic: stages 0-2 reduce the gradients (reduce-scatter, or all-reduce at stage 0 which is
@@ -117,11 +126,13 @@ int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_par
   }
   const double padding = static_cast<double>(memory.padded_parameters) / memory.parameters;
   const double traffic_formula = traffic_for(static_cast<double>(parameters), recomputed);
-  const double traffic_padded = traffic_for(static_cast<double>(memory.padded_parameters),
-                                            recomputed * padding);
+  const double traffic_padded =
+      traffic_for(static_cast<double>(memory.padded_parameters), recomputed * padding);
+  // At stage 0 the clipping norm's all-reduce (16 bytes) shares the all-reduce counter.
+  const double slack = options.stage == 0 && options.clip > 0 ? 64.0 * size : 0.5;
   const bool traffic_ok = size == 1 ? bytes_per_step == 0
                                     : bytes_per_step + 0.5 >= traffic_formula &&
-                                          bytes_per_step <= traffic_padded + 0.5;
+                                          bytes_per_step <= traffic_padded + slack;
   const bool memory_ok = memory.model_state + 0.5 >= memory.theoretical_model_state &&
                          memory.model_state <= memory.theoretical_model_state * padding + 0.5;
 
@@ -136,8 +147,7 @@ int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_par
           human_bytes(memory.gradients).c_str(), human_bytes(memory.grad_shard).c_str(),
           human_bytes(memory.master).c_str(), human_bytes(memory.optimizer_state).c_str(),
           human_bytes(memory.buckets).c_str(), human_bytes(memory.gather_window).c_str(),
-          human_bytes(memory.grad_staging).c_str(), rank,
-          human_bytes(memory.model_state).c_str(),
+          human_bytes(memory.grad_staging).c_str(), rank, human_bytes(memory.model_state).c_str(),
           human_bytes(memory.theoretical_model_state).c_str(), padding,
           memory_ok ? "ok" : "MISMATCH");
       std::printf("rank %d sent %s per step; formula %s%s (padded %s): %s\n", rank,
@@ -146,7 +156,7 @@ int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_par
                   human_bytes(traffic_padded).c_str(), traffic_ok ? "ok" : "MISMATCH");
       std::fflush(stdout);
     }
-    CHECK_ZRT(zrt_barrier(comm, stream));
+    CHECK_ZRT(zrt_barrier(side_comm, stream));
     CHECK_ZRT(zrt_stream_synchronize(stream));
   }
   ok = ok && traffic_ok && memory_ok;
@@ -165,8 +175,6 @@ int report(const Options& options, zrt_comm_t comm, zrt_stream_t stream, zrt_par
                 last, options.steps, seconds, loss_fell ? "" : "  (loss did not fall)");
   }
   ok = ok && loss_fell;
-  CHECK_ZRT(zrt_partition_destroy(pm));
-  CHECK_ZRT(zrt_comm_destroy(comm));
   return ok ? 0 : 1;
 }
 
@@ -180,8 +188,9 @@ int run(const Options& options) {
   CHECK_ZRT(zrt_comm_rank(comm, &rank));
   CHECK_ZRT(zrt_comm_size(comm, &size));
   if (options.batch % size != 0) {
-    if (rank == 0) std::fprintf(stderr, "train_lm: --batch %d is not divisible by %d ranks\n",
-                                options.batch, size);
+    if (rank == 0)
+      std::fprintf(stderr, "train_lm: --batch %d is not divisible by %d ranks\n", options.batch,
+                   size);
     zrt_comm_destroy(comm);
     return 2;
   }
@@ -207,13 +216,15 @@ int run(const Options& options) {
 
   // --- register the model with zrt -------------------------------------------------------
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
-  if (!options.config_file.empty()) CHECK_ZRT(zrt_partition_config_load(options.config_file.c_str(), &config));
+  if (!options.config_file.empty())
+    CHECK_ZRT(zrt_partition_config_load(options.config_file.c_str(), &config));
   config.stage = options.stage;
   config.param_dtype = options.dtype;
   config.reduce_dtype = ZRT_F32;
   config.bucket_bytes = static_cast<size_t>(options.bucket_mb * (1 << 20));
   config.prefetch_depth = options.prefetch;
   config.persistence_threshold = options.persistence_threshold;
+  config.no_sync_accumulation = options.no_sync ? 1 : 0;
   config.alignment = 16;
   zrt_partition_t pm = nullptr;
   CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
@@ -227,8 +238,8 @@ int run(const Options& options) {
       Tensor tensor;
       tensor.numel = spec.numel;
       tensor.decay = spec.decay;
-      CHECK_ZRT(zrt_partition_add_param(pm, unit, spec.name.c_str(), spec.numel,
-                                        ZRT_PARAM_DEFAULT, &tensor.param));
+      CHECK_ZRT(zrt_partition_add_param(pm, unit, spec.name.c_str(), spec.numel, ZRT_PARAM_DEFAULT,
+                                        &tensor.param));
       optimizer.decay_of_param.resize(tensor.param + 1);
       optimizer.decay_of_param[tensor.param] = spec.decay;
       tensors[u].push_back(tensor);
@@ -248,6 +259,26 @@ int run(const Options& options) {
     }
   }
   optimizer.adamw.learning_rate = options.learning_rate;
+
+  // --- checkpoints: --resume replaces the initial values and the optimizer state ----------
+  int first_step = 0;
+  if (!options.resume_dir.empty()) {
+    CHECK_ZRT(zrt_partition_load(pm, options.resume_dir.c_str()));
+    int64_t loaded = 0;
+    CHECK_ZRT(zrt_partition_get_step(pm, &loaded));
+    first_step = static_cast<int>(std::min<int64_t>(loaded, options.steps));
+    if (rank == 0) {
+      std::printf("resumed from %s at step %d (%d ranks, stage %d)\n", options.resume_dir.c_str(),
+                  first_step, size, options.stage);
+    }
+  }
+  auto save_checkpoint = [&](int steps_done) -> zrt_status_t {
+    const zrt_status_t status = zrt_partition_save(pm, options.save_dir.c_str());
+    if (status == ZRT_SUCCESS && rank == 0) {
+      std::printf("saved step %d to %s\n", steps_done, options.save_dir.c_str());
+    }
+    return status;
+  };
 
   // f32 views of the parameters and gradients of one unit (bf16 runs convert: this program's
   // kernels compute in f32, as a CPU framework would).
@@ -269,20 +300,21 @@ int run(const Options& options) {
     return ZRT_SUCCESS;
   };
 
+  // The example's own reductions (the loss) go through a communicator of their own, so that
+  // comm's counters hold exactly the partition manager's traffic.
+  zrt_comm_t side_comm = nullptr;
+  CHECK_ZRT(zrt_comm_split(comm, 0, rank, nullptr, &side_comm));
   zrt_stream_t loss_stream = nullptr;
-  CHECK_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &loss_stream));
+  CHECK_ZRT(zrt_stream_create(side_comm, ZRT_MEM_HOST, &loss_stream));
+  CHECK_ZRT(zrt_comm_stats_reset(comm));
   std::vector<int32_t> inputs;
   std::vector<int32_t> targets;
   std::vector<double> losses;
-  zrt_comm_stats_t stats;
-  stats.size = sizeof(stats);
-  uint64_t bytes_per_step = 0;
   const float grad_scale = 1.0f / static_cast<float>(local_batch * options.micro_batches);
   const auto run_start = std::chrono::steady_clock::now();
 
-  for (int step = 0; step < options.steps; ++step) {
+  for (int step = first_step; step < options.steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    CHECK_ZRT(zrt_comm_stats_reset(comm));
     double loss_sum = 0.0;
     for (int micro = 0; micro < options.micro_batches; ++micro) {
       const bool sync = !options.no_sync || micro == options.micro_batches - 1;
@@ -328,35 +360,48 @@ int run(const Options& options) {
         CHECK_ZRT(zrt_partition_release(pm, u));
       }
     }
+    // Gradient clipping needs the global norm: one small all-reduce over the reduced shards.
     double norm = 0.0;
-    int nonfinite = 0;
-    CHECK_ZRT(zrt_partition_grad_norm(pm, &norm, &nonfinite));
-    if (nonfinite) {
-      std::fprintf(stderr, "train_lm: rank %d: non-finite gradient at step %d\n", rank, step);
-      return 1;
+    optimizer.grad_multiplier = 1.0f;
+    if (options.clip > 0) {
+      int nonfinite = 0;
+      CHECK_ZRT(zrt_partition_grad_norm(pm, &norm, &nonfinite));
+      if (nonfinite) {
+        std::fprintf(stderr, "train_lm: rank %d: non-finite gradient at step %d\n", rank, step);
+        return 1;
+      }
+      if (norm > options.clip) optimizer.grad_multiplier = static_cast<float>(options.clip / norm);
     }
     CHECK_ZRT(zrt_partition_step(pm, adamw_callback, &optimizer));
-    CHECK_ZRT(zrt_comm_stats(comm, &stats));
-    // Only the partition manager's traffic: the loss all-reduce below comes after this read.
-    bytes_per_step = stats.total.bytes_sent;
 
     // The loss over the global batch: a sum over ranks of local sums.
     double global_loss = loss_sum;
-    CHECK_ZRT(zrt_all_reduce(comm, &global_loss, &global_loss, 1, ZRT_F64, ZRT_SUM, loss_stream));
+    CHECK_ZRT(
+        zrt_all_reduce(side_comm, &global_loss, &global_loss, 1, ZRT_F64, ZRT_SUM, loss_stream));
     CHECK_ZRT(zrt_stream_synchronize(loss_stream));
     losses.push_back(global_loss / options.batch);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (rank == 0 && (step % options.print_every == 0 || step == options.steps - 1)) {
-      std::printf("step %4d  loss %.6f  grad-norm %.4f  %8.0f tokens/s\n", step, losses.back(),
-                  norm, options.batch / seconds);
+      std::printf("step %4d  loss %.6f  %8.0f tokens/s", step, losses.back(),
+                  options.batch / seconds);
+      if (options.clip > 0) std::printf("  grad-norm %.4f", norm);
+      std::printf("\n");
       std::fflush(stdout);
+    }
+    if (!options.save_dir.empty() &&
+        (step + 1 == options.steps ||
+         (options.save_every > 0 && (step + 1) % options.save_every == 0))) {
+      CHECK_ZRT(save_checkpoint(step + 1));
     }
   }
   const double total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  return report(options, comm, loss_stream, pm, rank, size, parameters, bytes_per_step, losses, total_seconds,
-                model);
+  const int status = report(options, comm, side_comm, loss_stream, pm, rank, size, parameters,
+                            losses, total_seconds, model);
+  CHECK_ZRT(zrt_comm_destroy(side_comm));
+  CHECK_ZRT(zrt_comm_destroy(comm));
+  return status;
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ Model::Model(const ModelShape& shape, int batch, bool checkpoint_activations)
   dlogits_.resize(acts_[units - 1].size());
   for (int u = 0; u < units; ++u) dacts_[u].resize(acts_[u].size());
   size_t widest_inner = 0;
-  for (int k = 0; k < blocks(); ++k) widest_inner = std::max<size_t>(widest_inner, inner_[k].size());
+  for (int k = 0; k < blocks(); ++k)
+    widest_inner = std::max<size_t>(widest_inner, inner_[k].size());
   dinner_.resize(widest_inner);
 }
 

@@ -44,8 +44,8 @@ class Model {
   // Forward of one unit. params[i] is tensor i of the unit. `inputs` (batch x context ids) is read
   // by unit 0. The last unit also computes the loss (summed over the local batch) and the logits'
   // gradient scaled by grad_scale.
-  void forward(int unit, const float* const* params, const int32_t* inputs,
-               const int32_t* targets, float grad_scale, double* loss_sum);
+  void forward(int unit, const float* const* params, const int32_t* inputs, const int32_t* targets,
+               float grad_scale, double* loss_sum);
   // Whether backward(unit) needs forward(unit) to run again first (activation checkpointing).
   bool needs_recompute(int unit) const;
   // Backward of one unit: accumulates into grads[i] (same shapes as params) and propagates the

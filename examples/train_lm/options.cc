@@ -40,10 +40,15 @@ const char* usage() {
          "  --persistence-threshold N   stage-3 params below N elements stay gathered [0]\n"
          "  --checkpoint-activations    recompute block activations in backward\n"
          "  --lr X                      AdamW learning rate                       [3e-3]\n"
+         "  --clip X                    clip the global gradient norm to X        [off]\n"
          "  --seed N                    data and initialisation seed              [1234]\n"
          "  --print-every N             print the loss every N steps              [5]\n"
          "  --corpus FILE               training text          [/usr/share/dict/words]\n"
-         "  --config FILE               zrt partition config JSON (zrt-tune's output)\n";
+         "  --config FILE               zrt partition config JSON (zrt-tune's output)\n"
+         "  --save DIR                  save a sharded checkpoint every K steps and at the end\n"
+         "  --save-every K              steps between checkpoints (0 = only at the end) [10]\n"
+         "  --resume DIR                load DIR's checkpoint (any N, stage) and continue to\n"
+         "                              --steps\n";
 }
 
 bool parse_options(int argc, char** argv, Options* options, std::string* error) {
@@ -111,6 +116,10 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       if (!value(&text)) return false;
       if (!parse_double(text, 0, 10, &real)) return bad("expected a learning rate in [0, 10]");
       options->learning_rate = static_cast<float>(real);
+    } else if (flag == "--clip") {
+      if (!value(&text)) return false;
+      if (!parse_double(text, 0, 1e9, &real)) return bad("expected a norm >= 0");
+      options->clip = real;
     } else if (flag == "--seed") {
       if (!value(&text)) return false;
       if (!parse_int(text, 0, 1L << 62, &integer)) return bad("expected a non-negative integer");
@@ -125,6 +134,16 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
     } else if (flag == "--config") {
       if (!value(&text)) return false;
       options->config_file = text;
+    } else if (flag == "--save") {
+      if (!value(&text)) return false;
+      options->save_dir = text;
+    } else if (flag == "--save-every") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, 0, 1000000, &integer)) return bad("expected steps >= 0");
+      options->save_every = static_cast<int>(integer);
+    } else if (flag == "--resume") {
+      if (!value(&text)) return false;
+      options->resume_dir = text;
     } else {
       *error = "unknown option " + flag;
       return false;

@@ -21,10 +21,16 @@ struct Options {
   bool checkpoint_activations = false;
   int context = 8;
   float learning_rate = 3e-3f;
+  double clip = 0.0;  // clip the global gradient norm to this (0 = off)
   uint64_t seed = 1234;
   int print_every = 5;
   std::string corpus = "/usr/share/dict/words";
   std::string config_file;  // a zrt partition config JSON (from zrt-tune), applied first
+  // Checkpoints (zrt_partition_save / zrt_partition_load): a run saved at one N and stage
+  // resumes at another.
+  std::string save_dir;    // --save DIR: save every save_every steps and at the end
+  int save_every = 10;     // --save-every K (0: only at the end)
+  std::string resume_dir;  // --resume DIR: continue from the checkpoint's step to --steps
   bool help = false;
 };
 
