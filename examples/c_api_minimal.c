@@ -39,7 +39,8 @@ int main(void) {
   CHECK(zrt_comm_size(comm, &size));
 
   config.stage = 3;
-  config.optimizer_slots = 0; /* SGD keeps no state */
+  config.optimizer_slots = 0;       /* SGD keeps no state */
+  config.persistence_threshold = 0; /* shard even these small parameters */
   CHECK(zrt_partition_create(comm, &config, &pm));
   for (u = 0; u < 2; ++u) { /* two units ("layers"), one parameter each */
     CHECK(zrt_partition_add_unit(pm, u == 0 ? "layer0" : "layer1", &unit));
