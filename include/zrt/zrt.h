@@ -623,6 +623,9 @@ ZRT_API zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats
  * host synchronisation. Host functions of zrt on a CUDA stream run on CUDA's callback thread.
  * Errors on CUDA streams: an NCCL asynchronous error, a dead peer or a hang surface as
  * ZRT_REMOTE_ERROR / ZRT_TIMEOUT within the communicator's timeout (NCCL is then aborted).
+ * Point-to-point on CUDA streams is NCCL's: a send may wait until its peer posts the matching
+ * receive, so order sends and receives so that no cycle of ranks all send first (as with
+ * blocking MPI sends). A send to and receive from the own rank become one device copy.
  * ------------------------------------------------------------------------------------------- */
 
 /* The number of usable CUDA devices into *count (> 0). Errors: ZRT_INVALID_ARGUMENT (NULL),

@@ -9,7 +9,8 @@ namespace zrt {
 
 Status CudaEvent::create(int device, int64_t timeout_ms, ProgressEngine& engine,
                          std::unique_ptr<CudaEvent>* event) {
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(device));
   std::unique_ptr<CudaEvent> made(new CudaEvent(device, timeout_ms, engine));
   ZRT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&made->event_, cudaEventDisableTiming));
   *event = std::move(made);
@@ -17,7 +18,8 @@ Status CudaEvent::create(int device, int64_t timeout_ms, ProgressEngine& engine,
 }
 
 CudaEvent::~CudaEvent() {
-  if (event_ != nullptr && cudaSetDevice(device_) == cudaSuccess) cudaEventDestroy(event_);
+  DeviceGuard device_guard;
+  if (event_ != nullptr && device_guard.enter(device_).is_ok()) cudaEventDestroy(event_);
 }
 
 Status CudaEvent::record(Stream& stream) {

@@ -25,6 +25,20 @@ Status cuda_status(cudaError_t error, const char* what) {
                        cudaGetErrorString(error));
 }
 
+DeviceGuard::~DeviceGuard() {
+  if (restore_) (void)cudaSetDevice(previous_);
+}
+
+Status DeviceGuard::enter(int device) {
+  int current = -1;
+  ZRT_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&current), "cudaGetDevice"));
+  if (current == device) return Status::ok();
+  ZRT_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  previous_ = current;
+  restore_ = true;
+  return Status::ok();
+}
+
 Status nccl_status(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return Status::ok();
   zrt_status_t code = ZRT_INTERNAL_ERROR;

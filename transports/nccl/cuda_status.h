@@ -21,6 +21,21 @@ Status nccl_status(ncclResult_t result, const char* what);
 // True when `error` means "there is no GPU to use here" rather than a failure of one.
 bool cuda_error_means_no_device(cudaError_t error);
 
+// Makes a device current until the guard goes out of scope, then restores the caller's: zrt
+// works on its communicator's device without moving the framework's thread to another GPU.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  Status enter(int device);
+
+ private:
+  int previous_ = -1;
+  bool restore_ = false;
+};
+
 }  // namespace zrt
 
 #define ZRT_CUDA_RETURN_IF_ERROR(call) ZRT_RETURN_IF_ERROR(::zrt::cuda_status((call), #call))

@@ -1,6 +1,5 @@
 #include "transports/nccl/cuda_stream.h"
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -135,7 +134,8 @@ Status CudaStream::create(const CudaStreamResources& resources, ProgressEngine& 
   if (resources.nccl == nullptr || resources.barrier_scratch == nullptr) {
     return Status(ZRT_INTERNAL_ERROR, "CudaStream::create: device context incomplete");
   }
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(resources.nccl->device()));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(resources.nccl->device()));
   std::unique_ptr<CudaStream> made(new CudaStream(resources, engine, index));
   if (wrap_external) {
     made->stream_ = external;
@@ -157,7 +157,14 @@ CudaStream::~CudaStream() {
   if (!status.is_ok()) {
     ZRT_LOG_WARN("CUDA stream {} destroyed after failure: {}", index_, status.message());
   }
-  if (owns_stream_ && cudaSetDevice(device()) == cudaSuccess) cudaStreamDestroy(stream_);
+  DeviceGuard device_guard;
+  if (!device_guard.enter(device()).is_ok()) return;
+  for (const PendingCounts& pending : pending_counts_) {
+    cudaEventDestroy(pending.start);
+    cudaEventDestroy(pending.end);
+  }
+  for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+  if (owns_stream_) cudaStreamDestroy(stream_);
 }
 
 Status CudaStream::enqueue(std::unique_ptr<Task> task) {
@@ -203,6 +210,7 @@ Status CudaStream::poll(bool check_engine) {
     }
   }
   cudaError_t result = cudaStreamQuery(stream_);
+  if (check_engine) reap_counters();  // not from the destructor: the engine may be gone
   if (result == cudaSuccess) return state_->get();
   if (result == cudaErrorNotReady) return Status(ZRT_IN_PROGRESS, "CUDA stream busy");
   Status status = cuda_status(result, "cudaStreamQuery");
@@ -257,7 +265,8 @@ Status CudaStream::enqueue_device_collectives(int rank, int size, const Collecti
                               "communicator ({} / {})",
                               index_, rank, size, nccl.rank(), nccl.size()));
   }
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(nccl.device()));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(nccl.device()));
   for (size_t i = 0; i < count; ++i) {
     Status status = check_buffers(args[i], rank, size, nccl.device());
     if (!status.is_ok()) {
@@ -266,8 +275,16 @@ Status CudaStream::enqueue_device_collectives(int rank, int size, const Collecti
     }
   }
 
+  reap_counters();
   std::lock_guard<std::mutex> lock(enqueue_mutex_);
-  const auto enqueued_at = std::chrono::steady_clock::now();
+  cudaEvent_t start_event = nullptr;
+  ZRT_RETURN_IF_ERROR(take_event(&start_event));
+  Status recorded = cuda_status(cudaEventRecord(start_event, stream_), "cudaEventRecord");
+  if (!recorded.is_ok()) {
+    give_back_event(start_event);
+    fail(recorded);
+    return recorded;
+  }
   // Sends to and receives from the own rank never reach NCCL (a lone self-send would wait for
   // its receive forever): the send is remembered and its receive becomes a device copy, which
   // keeps stream order because both sit on this stream.
@@ -313,43 +330,79 @@ Status CudaStream::enqueue_device_collectives(int rank, int size, const Collecti
   }
   if (status.is_ok()) status = flush();
   if (!status.is_ok()) {
+    give_back_event(start_event);  // recorded, never waited on: reusable
     // Argument mistakes leave the stream usable; anything else broke it.
     if (status.code() != ZRT_INVALID_ARGUMENT) fail(status);
     return status;
   }
 
-  // Counters count completed operations: a host function adds them when the stream gets there.
-  struct Totals {
-    zrt_coll_kind_t kind;
-    uint64_t sent;
-    uint64_t received;
-  };
-  std::vector<Totals> totals;
-  for (size_t i = 0; i < count; ++i) {
-    Totals t{args[i].kind, 0, 0};
-    traffic(args[i], rank, size, &t.sent, &t.received);
-    totals.push_back(t);
+  // Counters count completed operations: timing events around the batch are reaped once the
+  // stream has passed them (reap_counters), which also gives the device time of the batch. A
+  // host function would count as exactly, but would stall the stream on the host each time.
+  PendingCounts pending;
+  pending.start = start_event;
+  pending.end = nullptr;
+  status = take_event(&pending.end);
+  if (status.is_ok()) {
+    status = cuda_status(cudaEventRecord(pending.end, stream_), "cudaEventRecord (counters)");
   }
-  CommCounters* counters = &engine_.counters();
-  auto call = std::make_unique<HostCall>();
-  call->name = "collective counters";
-  call->state = state_;
-  call->function = [counters, totals = std::move(totals), enqueued_at]() -> Status {
-    const auto busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now() - enqueued_at)
-                          .count();
-    const uint64_t share = static_cast<uint64_t>(busy) / totals.size();
-    for (const Totals& t : totals) counters->add(t.kind, t.sent, t.received, share);
-    return Status::ok();
-  };
-  status = cuda_status(cudaLaunchHostFunc(stream_, run_host_call, call.get()),
-                       "cudaLaunchHostFunc (counters)");
   if (!status.is_ok()) {
+    give_back_event(pending.start);
+    give_back_event(pending.end);
     fail(status);
     return status;
   }
-  call.release();
+  for (size_t i = 0; i < count; ++i) {
+    PendingCounts::Totals t{args[i].kind, 0, 0};
+    traffic(args[i], rank, size, &t.sent, &t.received);
+    pending.totals.push_back(t);
+  }
+  std::lock_guard<std::mutex> counters_lock(counters_mutex_);
+  pending_counts_.push_back(std::move(pending));
   return Status::ok();
+}
+
+Status CudaStream::take_event(cudaEvent_t* event) {
+  {
+    std::lock_guard<std::mutex> lock(counters_mutex_);
+    if (!spare_events_.empty()) {
+      *event = spare_events_.back();
+      spare_events_.pop_back();
+      return Status::ok();
+    }
+  }
+  return cuda_status(cudaEventCreate(event), "cudaEventCreate");
+}
+
+void CudaStream::give_back_event(cudaEvent_t event) {
+  if (event == nullptr) return;
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  spare_events_.push_back(event);
+}
+
+void CudaStream::reap_counters() {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  while (!pending_counts_.empty()) {
+    PendingCounts& front = pending_counts_.front();
+    const cudaError_t done = cudaEventQuery(front.end);
+    if (done == cudaErrorNotReady) return;
+    if (done == cudaSuccess) {
+      float ms = 0;
+      uint64_t busy_ns = 0;
+      if (cudaEventElapsedTime(&ms, front.start, front.end) == cudaSuccess && ms > 0) {
+        busy_ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+      }
+      const uint64_t share = busy_ns / front.totals.size();
+      for (const PendingCounts::Totals& t : front.totals) {
+        engine_.counters().add(t.kind, t.sent, t.received, share);
+      }
+    } else {
+      (void)cudaGetLastError();  // a failed stream: its work does not count
+    }
+    spare_events_.push_back(front.start);
+    spare_events_.push_back(front.end);
+    pending_counts_.pop_front();
+  }
 }
 
 }  // namespace zrt

@@ -11,6 +11,10 @@
 // function, a timeout) fails the stream and every later call reports it. Waits poll with sleeps
 // (poll_wait.h) and watch the NCCL communicator, so a dead peer surfaces within the timeout; a
 // timeout aborts the NCCL communicator, which releases kernels stuck on that peer.
+//
+// Counters (zrt_comm_stats) count a batch once zrt sees the device past it: on the next enqueue,
+// query or synchronize of this stream; busy time is the device time between timing events
+// recorded around the batch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "lib/engine/engine.h"
 #include "transports/nccl/device_arena.h"
@@ -95,6 +100,22 @@ class CudaStream final : public Stream {
     const void* buffer;
     size_t bytes;
   };
+  // A batch of collectives whose counters wait for the device to pass `end`.
+  struct PendingCounts {
+    struct Totals {
+      zrt_coll_kind_t kind;
+      uint64_t sent;
+      uint64_t received;
+    };
+    cudaEvent_t start = nullptr;
+    cudaEvent_t end = nullptr;
+    std::vector<Totals> totals;
+  };
+
+  Status take_event(cudaEvent_t* event);  // a timing event, from the spares or new
+  void give_back_event(cudaEvent_t event);
+  // Adds the counters of every batch the device has finished (in order) to the engine's.
+  void reap_counters();
 
   CudaStreamResources resources_;
   ProgressEngine& engine_;
@@ -104,6 +125,9 @@ class CudaStream final : public Stream {
   std::shared_ptr<CudaStreamState> state_ = std::make_shared<CudaStreamState>();
   std::mutex enqueue_mutex_;         // orders enqueues from several threads
   std::deque<SelfSend> self_sends_;  // sends to own rank waiting for their receive
+  std::mutex counters_mutex_;        // guards pending_counts_ and spare_events_
+  std::deque<PendingCounts> pending_counts_;
+  std::vector<cudaEvent_t> spare_events_;
 };
 
 }  // namespace zrt

@@ -11,7 +11,8 @@ namespace zrt {
 Status DeviceArena::create(int device, size_t bytes, Source source,
                            std::unique_ptr<DeviceArena>* arena) {
   if (bytes == 0) return Status::invalid_argument("device arena of 0 bytes");
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(device));
   std::unique_ptr<DeviceArena> made(new DeviceArena());
   made->device_ = device;
   made->capacity_ = bytes;
@@ -42,7 +43,8 @@ Status DeviceArena::create(int device, size_t bytes, Source source,
 
 DeviceArena::~DeviceArena() {
   if (base_ == nullptr) return;
-  if (cudaSetDevice(device_) != cudaSuccess) return;
+  DeviceGuard device_guard;
+  if (!device_guard.enter(device_).is_ok()) return;
   if (source_ == Source::kNcclMemAlloc) {
     ncclMemFree(base_);
   } else {

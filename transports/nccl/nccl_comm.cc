@@ -134,7 +134,8 @@ Status NcclComm::init(const NcclUniqueIdBytes& id, const NcclCommOptions& option
     return Status::invalid_argument("NcclComm::init: rank {} / size {} out of range", options.rank,
                                     options.size);
   }
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(options.device));
   ncclUniqueId unique;
   std::memcpy(unique.internal, id.data(), kNcclUniqueIdBytes);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -249,7 +250,8 @@ Status NcclComm::destroy() {
   }
   std::unique_lock<std::mutex> lock(call_mutex_);
   if (destroyed_) return Status::ok();
-  Status status = cuda_status(cudaSetDevice(options_.device), "cudaSetDevice");
+  DeviceGuard device_guard;
+  Status status = device_guard.enter(options_.device);
   if (status.is_ok()) status = settle(ncclCommFinalize(comm_), "ncclCommFinalize");
   if (!status.is_ok()) {
     lock.unlock();
@@ -267,7 +269,8 @@ Status NcclComm::split(int color, int key, int64_t timeout_ms, std::unique_ptr<N
   if (failed_) return failure();
   std::lock_guard<std::mutex> lock(call_mutex_);
   if (destroyed_) return Status::invalid_usage("split of a destroyed NCCL communicator");
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(options_.device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   config.commName = options_.name.c_str();
@@ -361,7 +364,8 @@ Status NcclComm::enqueue(const CollectiveArgs* args, size_t count, cudaStream_t 
   if (failed_) return failure();
   std::lock_guard<std::mutex> lock(call_mutex_);
   if (destroyed_) return Status::invalid_usage("NCCL communicator '{}' destroyed", options_.name);
-  ZRT_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  DeviceGuard device_guard;
+  ZRT_RETURN_IF_ERROR(device_guard.enter(options_.device));
   // Inside a group NCCL only records the calls; ncclGroupEnd launches them together and, in
   // non-blocking mode, may return ncclInProgress, which settle() waits out.
   ZRT_RETURN_IF_ERROR(settle(ncclGroupStart(), "ncclGroupStart"));
