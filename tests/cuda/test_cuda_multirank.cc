@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -242,6 +243,58 @@ TEST(CudaMultirank, CudaStreamWithoutDeviceIsAClearError) {
     // The communicator is still healthy for host work after the refusal.
     EXPECT_EQ(zrt_comm_get_error(comm), ZRT_SUCCESS);
     EXPECT_EQ(zrt_stream_destroy(host), ZRT_SUCCESS);
+    EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+  });
+}
+
+// Two real ranks without a device: the NCCL set-up exchange still runs on the host path, so both
+// ranks get the same clear refusal and stay in step for host work afterwards.
+TEST(CudaMultirank, TwoRanksWithoutDeviceStayInStep) {
+  if (devices().devices > 0) GTEST_SKIP() << devices().devices << " CUDA device(s) usable here";
+  expect_ranks_pass(2, [](int rank, int size) {
+    zrt_comm_t comm = make_comm();
+    ASSERT_NE(comm, nullptr);
+    zrt_stream_t stream = nullptr;
+    EXPECT_EQ(zrt_stream_create(comm, ZRT_MEM_CUDA, &stream), ZRT_UNSUPPORTED);
+    EXPECT_NE(std::string(zrt_last_error()).find("no usable CUDA device"), std::string::npos)
+        << zrt_last_error();
+    // A second attempt repeats the exchange (nothing was cached) and fails the same way.
+    EXPECT_EQ(zrt_stream_create(comm, ZRT_MEM_CUDA, &stream), ZRT_UNSUPPORTED);
+    zrt_stream_t host = nullptr;
+    ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &host), ZRT_SUCCESS) << zrt_last_error();
+    std::vector<float> values(1000, static_cast<float>(rank + 1));
+    ASSERT_EQ(
+        zrt_all_reduce(comm, values.data(), values.data(), values.size(), ZRT_F32, ZRT_SUM, host),
+        ZRT_SUCCESS)
+        << zrt_last_error();
+    ASSERT_EQ(zrt_stream_synchronize(host), ZRT_SUCCESS) << zrt_last_error();
+    const float expected = static_cast<float>(size * (size + 1) / 2);
+    for (float v : values) ASSERT_EQ(v, expected);
+    EXPECT_EQ(zrt_comm_get_error(comm), ZRT_SUCCESS);
+    EXPECT_EQ(zrt_stream_destroy(host), ZRT_SUCCESS);
+    EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+  });
+}
+
+// A rank that cannot use CUDA is named on the others (needs one GPU: rank 1 hides it).
+TEST(CudaMultirank, RankWithoutDeviceIsNamed) {
+  if (devices().devices < 1) GTEST_SKIP() << devices().reason;
+  expect_ranks_pass(2, [](int rank, int) {
+    if (rank == 1) setenv("CUDA_VISIBLE_DEVICES", "", 1);  // before this process touches CUDA
+    if (rank == 0) {
+      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    }
+    zrt_comm_t comm = make_comm();
+    ASSERT_NE(comm, nullptr);
+    zrt_stream_t stream = nullptr;
+    const zrt_status_t status = zrt_stream_create(comm, ZRT_MEM_CUDA, &stream);
+    const std::string why = zrt_last_error();
+    if (rank == 0) {
+      EXPECT_EQ(status, ZRT_REMOTE_ERROR) << why;
+      EXPECT_NE(why.find("rank 1 cannot use CUDA"), std::string::npos) << why;
+    } else {
+      EXPECT_EQ(status, ZRT_UNSUPPORTED) << why;
+    }
     EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
   });
 }
