@@ -61,7 +61,7 @@ Status PartitionManager::set_sync(bool sync) {
 }
 
 Status PartitionManager::acquire_bucket(int segment, int* bucket) {
-  if (bucket_of_[segment] >= 0) {
+  if (bucket_of_[segment] != -1) {  // already bound (-2: the persistent bucket)
     *bucket = bucket_of_[segment];
     return Status::ok();
   }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <random>
 
+#include "collectives/reduce/reduce_kernels.h"
+
 namespace zrt::testing {
 
 MlpParams mlp_init(const MlpShape& shape, unsigned seed) {
@@ -149,6 +151,8 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   config.prefetch_depth = options.prefetch_depth;
   config.persistence_threshold = options.persistence_threshold;
   config.alignment = 4;
+  config.param_dtype = options.param_dtype;
+  config.reduce_dtype = options.reduce_dtype;
   config.no_sync_accumulation = options.no_sync && options.stage >= 2;
   zrt_partition_t pm = nullptr;
   ZRT_TEST_OK(zrt_partition_create(comm, &config, &pm));
@@ -179,7 +183,8 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
       void* data = nullptr;
       const zrt_status_t status = zrt_partition_param_data(pm, ids[k], &data);
       if (status != ZRT_SUCCESS) return status;
-      std::memcpy(params.tensors[k].data(), data, params.tensors[k].size() * sizeof(float));
+      convert_elements(options.param_dtype, data, ZRT_F32, params.tensors[k].data(),
+                       params.tensors[k].size());
     }
     return ZRT_SUCCESS;
   };
@@ -213,7 +218,8 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
         for (size_t k = 2 * l; k < 2 * l + 2; ++k) {
           void* grad = nullptr;
           ZRT_TEST_OK(zrt_partition_grad_data(pm, ids[k], &grad));
-          std::memcpy(grad, grads.tensors[k].data(), grads.tensors[k].size() * sizeof(float));
+          convert_elements(ZRT_F32, grads.tensors[k].data(), options.param_dtype, grad,
+                           grads.tensors[k].size());
         }
         ZRT_TEST_OK(zrt_partition_grad_ready(pm, unit));
         ZRT_TEST_OK(zrt_partition_release(pm, unit));

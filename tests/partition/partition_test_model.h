@@ -49,6 +49,8 @@ struct TrainOptions {
   bool recompute = false;
   size_t bucket_bytes = 256;  // small: several buckets, parameters straddle them
   size_t persistence_threshold = 0;
+  zrt_dtype_t param_dtype = ZRT_F32;
+  zrt_dtype_t reduce_dtype = ZRT_F32;
   bool read_back = true;                     // fetch every unit after the last step to read results
   zrt_comm_stats_t* stats = nullptr;         // if set: counters of the training steps only
   zrt_partition_memory_t* memory = nullptr;  // if set: filled after finalize

@@ -109,6 +109,19 @@ void misuse_body(int rank, int /*size*/) {
     ASSERT_EQ(zrt_partition_param_data(pm, params[2], &data), ZRT_SUCCESS);
     EXPECT_FLOAT_EQ(static_cast<float*>(data)[313], -0.05f);
     ASSERT_EQ(zrt_partition_release(pm, 2), ZRT_SUCCESS);
+    // A NaN on one rank is seen by every rank (flag and norm in one all-reduce).
+    for (int u = 2; u >= 0; --u) {
+      write_grads(pm, params[u], 300 + 7 * u);
+      if (u == 1 && rank == 1) {
+        void* grad = nullptr;
+        ASSERT_EQ(zrt_partition_grad_data(pm, params[u], &grad), ZRT_SUCCESS);
+        static_cast<float*>(grad)[5] = std::nanf("");
+      }
+      ASSERT_EQ(zrt_partition_grad_ready(pm, u), ZRT_SUCCESS) << zrt_last_error();
+    }
+    nonfinite = 0;
+    ASSERT_EQ(zrt_partition_grad_norm(pm, nullptr, &nonfinite), ZRT_SUCCESS) << zrt_last_error();
+    EXPECT_EQ(nonfinite, 1);
     EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
   }
 

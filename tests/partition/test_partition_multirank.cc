@@ -58,6 +58,33 @@ void equivalence_body(int /*rank*/, int size) {
       }
     }
   }
+  // Stage 3 with small parameters kept gathered (the biases), with and without recomputation.
+  for (bool recompute : {false, true}) {
+    TrainOptions o;
+    o.stage = 3;
+    o.steps = steps;
+    o.recompute = recompute;
+    o.persistence_threshold = 12;
+    SCOPED_TRACE(::testing::Message() << "N " << size << " stage 3 persistent biases");
+    EXPECT_LE(max_relative_difference(train_zrt(comm, shape, o), reference), 1e-6);
+  }
+  // Mixed precision: 16-bit parameters and gradients, f32 or 16-bit reduction, f32 master.
+  // Compared with the f32 reference at 16-bit resolution.
+  for (zrt_dtype_t param : {ZRT_BF16, ZRT_F16}) {
+    for (zrt_dtype_t reduce : {ZRT_F32, param}) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        TrainOptions o;
+        o.stage = stage;
+        o.steps = steps;
+        o.param_dtype = param;
+        o.reduce_dtype = reduce;
+        SCOPED_TRACE(::testing::Message() << "N " << size << " stage " << stage << " param dtype "
+                                          << param << " reduce dtype " << reduce);
+        EXPECT_LE(max_relative_difference(train_zrt(comm, shape, o), reference),
+                  param == ZRT_BF16 ? 2e-2 : 3e-3);
+      }
+    }
+  }
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
