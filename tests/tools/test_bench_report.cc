@@ -61,6 +61,9 @@ TEST(BenchReport, RowMatchesNcclTestsColumns) {
   std::string line = format_row(row);
   EXPECT_NE(line.find("     1  "), std::string::npos) << line;  // root column
   EXPECT_NE(line.find("N/A"), std::string::npos) << line;
+  // Long times keep the 7-character column (fewer decimals).
+  row.out_of_place.time_us = 130976.54;
+  EXPECT_NE(format_row(row).find("   130977    "), std::string::npos) << format_row(row);
   std::string header = format_table_header();
   for (const char* column : {"size", "count", "type", "redop", "root", "time", "algbw", "busbw",
                              "#wrong", "out-of-place", "in-place"}) {

@@ -79,7 +79,7 @@ namespace {
 std::string format_time(double us) {
   // Keep the 7-character column: large times lose decimals rather than push the row out.
   if (us < 1e4) return fmt::format("{:7.2f}", us);
-  if (us < 1e6) return fmt::format("{:7.1f}", us);
+  if (us < 1e5) return fmt::format("{:7.1f}", us);
   return fmt::format("{:7.0f}", us);
 }
 
