@@ -25,6 +25,7 @@
 
 #include "tools/common/progress.h"
 #include "tools/common/topology.h"
+#include "tools/common/units.h"
 #include "tools/zrt-bench/bench_data.h"
 #include "zrt/zrt.h"
 
@@ -424,9 +425,9 @@ Status Runner::run(std::vector<BenchRow>* rows, RunInfo* info, bool* is_rank0) {
           CollShape shape = coll_shape(coll, requested, dtype, size_);
           if (shape.bytes == previous) continue;  // rounding to whole elements merged two sizes
           previous = shape.bytes;
-          progress.update(
-              done - 1, total,
-              fmt::format("{} {} {}", coll_name(coll), dtype_display_name(dtype), shape.bytes));
+          progress.update(done - 1, total,
+                          fmt::format("{} {} {}", coll_name(coll), dtype_display_name(dtype),
+                                      tools::format_size(shape.bytes)));
           BenchRow row;
           row.coll = coll;
           row.bytes = shape.bytes;
