@@ -131,6 +131,14 @@ zrt_status_t zrt_event_destroy(zrt_event_t event) {
     zrt_comm* comm = event->comm;
     Status status;
     if (event->owned != nullptr) {
+      // A host stream may hold a wait on this event (ForeignEventWaitTask polls it): drain the
+      // streams first so that no wait outlives the event. Their errors stay with the streams.
+      std::vector<zrt::Stream*> streams{comm->default_stream.impl};
+      {
+        std::lock_guard<std::mutex> lock(comm->handles_mutex);
+        for (const auto& handle : comm->streams) streams.push_back(handle->impl);
+      }
+      for (zrt::Stream* drained : streams) (void)drained->synchronize();
       event->owned.reset();
     } else {
       status = comm->impl->engine().destroy_event(event->impl);

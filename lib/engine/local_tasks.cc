@@ -34,4 +34,12 @@ std::string WaitPointTask::describe() const {
   return fmt::format("wait_event(stream {}, point {})", stream_->index(), ticket_);
 }
 
+Status ForeignEventWaitTask::progress(TaskContext&, bool* done) {
+  Status status = event_.query();
+  if (status.code() == ZRT_IN_PROGRESS) return Status::ok();
+  if (!status.is_ok()) return status.with_context("waited-on event");
+  *done = true;
+  return Status::ok();
+}
+
 }  // namespace zrt

@@ -52,4 +52,23 @@ class WaitPointTask final : public Task {
   uint64_t ticket_;
 };
 
+// Waits for an event the engine did not create (a CUDA event of transports/nccl): there is no
+// fd to sleep on, so the engine polls query() every kForeignPollMs while this task runs.
+inline constexpr int kForeignPollMs = 1;
+class ForeignEventWaitTask final : public Task {
+ public:
+  explicit ForeignEventWaitTask(Event& event) : event_(event) {}
+
+  Status start(TaskContext&) override { return Status::ok(); }
+  Status progress(TaskContext& context, bool* done) override;
+  bool communicates() const override { return false; }
+  zrt_coll_kind_t kind() const override { return ZRT_COLL_KIND_COUNT; }
+  uint64_t bytes_sent() const override { return 0; }
+  uint64_t bytes_received() const override { return 0; }
+  std::string describe() const override { return "wait_event(foreign event)"; }
+
+ private:
+  Event& event_;
+};
+
 }  // namespace zrt

@@ -26,6 +26,7 @@
 
 #include "lib/core/log.h"
 #include "lib/engine/engine_impl.h"
+#include "lib/engine/local_tasks.h"
 #include "transports/transport.h"
 
 namespace zrt {
@@ -395,6 +396,11 @@ void EngineImpl::run() {
     if (advanced) continue;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
+    for (const auto& stream : active) {
+      if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
+        sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
+      }
+    }
     if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
     if (!transport_.arm()) continue;
     pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};

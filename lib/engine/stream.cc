@@ -48,9 +48,17 @@ Status StreamImpl::query() {
 
 Status StreamImpl::wait_event(Event& event) {
   auto* impl = dynamic_cast<EventImpl*>(&event);
-  if (impl == nullptr || &impl->engine() != &engine_) {
-    return Status::invalid_argument("stream {}: the event is not a host event of this communicator",
-                                    index_);
+  if (impl == nullptr) {
+    // An event of another kind (a CUDA event): the engine polls it. It must outlive the wait;
+    // zrt_event_destroy drains the communicator's streams before freeing such an event.
+    if (&event.engine() != &engine_) {
+      return Status::invalid_argument("stream {}: the event belongs to another communicator",
+                                      index_);
+    }
+    return enqueue(std::make_unique<ForeignEventWaitTask>(event));
+  }
+  if (&impl->engine() != &engine_) {
+    return Status::invalid_argument("stream {}: the event belongs to another communicator", index_);
   }
   std::shared_ptr<StreamImpl> source;
   uint64_t ticket = 0;

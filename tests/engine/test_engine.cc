@@ -251,6 +251,53 @@ TEST(Engine, VanishedPeerFailsSurvivorsWithinTimeout) {
   EXPECT_TRUE(outcomes[1].passed()) << outcomes[1].describe();
 }
 
+// An event the engine did not create (the shape of a CUDA event): complete or failed as its
+// owner says; the engine polls it.
+class OwnerEvent final : public Event {
+ public:
+  explicit OwnerEvent(ProgressEngine& engine) : engine_(engine) {}
+  Status record(Stream&) override { return Status::ok(); }
+  Status query() override {
+    const int state = state_.load();
+    if (state == 0) return Status(ZRT_IN_PROGRESS, "not yet");
+    if (state == 1) return Status::ok();
+    return Status(ZRT_REMOTE_ERROR, "device work failed");
+  }
+  Status synchronize() override { return query(); }
+  ProgressEngine& engine() override { return engine_; }
+  std::atomic<int> state_{0};
+
+ private:
+  ProgressEngine& engine_;
+};
+
+TEST(Engine, StreamsWaitOnEventsOfAnotherKind) {
+  expect_ranks_pass(1, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "foreign", 30000, 2));
+    OwnerEvent event(*rig.engine);
+    ASSERT_OK(rig.stream(0).wait_event(event));
+    std::atomic<bool> ran_after{false};
+    ASSERT_OK(rig.stream(0).enqueue_host_function(
+        [&] {
+          ran_after = event.state_.load() == 1;
+          return Status::ok();
+        },
+        "after"));
+    usleep(50 * 1000);
+    EXPECT_EQ(rig.stream(0).query().code(), ZRT_IN_PROGRESS);
+    event.state_ = 1;
+    ASSERT_OK(rig.stream(0).synchronize());
+    EXPECT_TRUE(ran_after.load());
+    OwnerEvent failing(*rig.engine);
+    failing.state_ = 2;
+    ASSERT_OK(rig.stream(1).wait_event(failing));
+    Status status = rig.stream(1).synchronize();
+    EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
+    EXPECT_NE(status.message().find("device work failed"), std::string::npos) << status.message();
+  });
+}
+
 TEST(Engine, WaitsBlockWithoutSpinning) {
   expect_ranks_pass(2, [](int rank, int size) {
     Rig rig;
