@@ -11,6 +11,7 @@ packages=(
   libbenchmark-dev              # micro-benchmarks
   libcli11-dev                  # command lines of the tools (header-only)
   nlohmann-json3-dev            # JSON configs, profiles, checkpoint manifests, --json output
+  libxxhash-dev                 # XXH3 checksums of checkpoint files (10+ GB/s: verifying is cheap)
   libfmt-dev                    # formatting (std::format is not in g++ 12)
   libopenblas-dev               # sgemm for the train_lm example's own kernels
   wamerican                     # /usr/share/dict/words: train_lm's corpus

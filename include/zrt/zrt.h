@@ -655,6 +655,60 @@ ZRT_API zrt_status_t zrt_stream_get_cuda(zrt_stream_t stream, void** cuda_stream
  * with zrt_event_destroy. Errors: ZRT_INVALID_ARGUMENT, ZRT_UNSUPPORTED. */
 ZRT_API zrt_status_t zrt_event_create_cuda(zrt_comm_t comm, zrt_event_t* event);
 
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints of partition managers (sharded, atomic, loadable at another N)
+ *
+ * A checkpoint is a folder holding one shard file per rank of the saving run and manifest.json,
+ * which names every parameter (name, numel, frozen) and maps each byte range of each shard file
+ * to a (parameter, element range): master weights (f32), every optimizer state slot (f32), the
+ * param-dtype copy when param_dtype is not f32, and the frozen parameters. The mapping does not
+ * depend on N, the stage or the bucket size, so a checkpoint loads into any of them.
+ *
+ * Crash safety: every file is written under a temporary name, fsynced and renamed, shard files
+ * carry a per-save tag in their names, and rank 0 writes the manifest last, after every rank's
+ * shard is durable; files of earlier saves are removed only after that. A crash at any point
+ * leaves the previous checkpoint in the folder loadable. Each file's checksum (xxh3-64) is in
+ * the manifest and is verified on load. The manifest format is documented in
+ * lib/checkpoint/manifest.h; tools/zrt-ckpt inspects and consolidates checkpoints.
+ *
+ * All four calls are collective over the manager's communicator and must be made between steps
+ * (after zrt_partition_finalize or zrt_partition_step; no unit fetched, no gradients pending).
+ * Every rank returns the same status and message.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Saves the manager's state into folder `dir` (created if needed; a previous checkpoint there
+ * is replaced atomically). Each rank writes only its own shard, in parallel. Errors:
+ * ZRT_INVALID_ARGUMENT (NULL), ZRT_INVALID_USAGE (not finalized, in the middle of a step),
+ * ZRT_SYSTEM_ERROR (a file could not be written: the file and errno are named), ZRT_TIMEOUT,
+ * ZRT_REMOTE_ERROR. On error the folder still holds the previous checkpoint, if any. */
+ZRT_API zrt_status_t zrt_partition_save(zrt_partition_t pm, const char* dir);
+
+/* Loads the checkpoint in `dir`, saved at any N, stage and bucket size by a manager with the
+ * same parameters (names, sizes, frozen flags, in order) and optimizer_slots. Each rank reads
+ * just the byte ranges its shard now owns; every file is verified against its checksum. On
+ * success the manager behaves as if it had trained to the saved step (parameters republished,
+ * zrt_partition_get_step = saved step, the optimizer's next step count follows it). On any
+ * error the state of every rank is untouched. Errors: ZRT_INVALID_ARGUMENT (NULL; no manifest;
+ * a missing, truncated or corrupted file; a manifest for another model or of an unknown format
+ * version: the message names the file and the parameter), ZRT_INVALID_USAGE (not finalized,
+ * in the middle of a step), ZRT_SYSTEM_ERROR, ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ZRT_API zrt_status_t zrt_partition_load(zrt_partition_t pm, const char* dir);
+
+/* Writes the full parameters into one file at `path` for inference, in the safetensors layout
+ * (8-byte little-endian header length, JSON header {name: {dtype, shape [numel], data_offsets}},
+ * then the data; tensor names are "unit.param", or the parameter's name when it already starts
+ * with "unit.", made unique with ".<index>"). dtype: ZRT_F32,
+ * or ZRT_F16/ZRT_BF16 (converted from the f32 master, which is what the parameters hold when it
+ * is param_dtype). Gathered a segment (bucket or unit) at a time: no rank ever holds the whole
+ * model. Rank 0 writes the file (temporary name, fsync, rename). Errors: ZRT_INVALID_ARGUMENT
+ * (NULL, dtype), ZRT_INVALID_USAGE, ZRT_SYSTEM_ERROR (naming the file), ZRT_TIMEOUT. */
+ZRT_API zrt_status_t zrt_partition_export_full(zrt_partition_t pm, const char* path,
+                                               zrt_dtype_t dtype);
+
+/* The number of optimizer steps taken (or loaded from a checkpoint) into *step. Local.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL), ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_get_step(zrt_partition_t pm, int64_t* step);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
