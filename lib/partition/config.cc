@@ -128,7 +128,11 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
   if (doc.is_discarded()) return Status::invalid_argument("{}: not valid JSON", origin);
   if (!doc.is_object()) return Status::invalid_argument("{}: expected a JSON object", origin);
   PartitionOptions o = *options;
-  for (const auto& [key, value] : doc.items()) {
+  for (const auto& item : doc.items()) {
+    // Named references, not a structured binding: clang before 16 cannot capture bindings in
+    // the lambdas below (the clang fuzz build compiles this file).
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     auto want_int = [&](int64_t low, int64_t high, int64_t* out) -> Status {
       if (!value.is_number_integer()) {
         return Status::invalid_argument("{}: key \"{}\" must be an integer", origin, key);
