@@ -86,7 +86,8 @@ std::string human_bytes(double bytes) {
 // beside 2P(N-1)/N or 3P(N-1)/N, and the loss trend. Returns the exit status.
 int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_stream_t stream,
            zrt_partition_t pm, int rank, int size, size_t parameters,
-           const std::vector<double>& losses, double seconds, const Model& model) {
+           const std::vector<double>& losses, double seconds, const Model& model,
+           int first_step) {
   zrt_partition_memory_t memory;
   memory.size = sizeof(memory);
   CHECK_ZRT(zrt_partition_memory(pm, &memory));
@@ -99,7 +100,9 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   uint64_t zero_bytes = stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent +
                         stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent;
   if (options.stage == 0) zero_bytes += stats.per_kind[ZRT_COLL_ALL_REDUCE].bytes_sent;
-  const double bytes_per_step = static_cast<double>(zero_bytes) / options.steps;
+  // A run resumed from a checkpoint (--resume) trained from first_step on.
+  const double bytes_per_step =
+      static_cast<double>(zero_bytes) / std::max(1, options.steps - first_step);
   bool ok = true;
 
   // Traffic: stages 0-2 reduce the gradients (reduce-scatter, or all-reduce at stage 0 which is
@@ -273,6 +276,7 @@ int run(const Options& options) {
     }
   }
   auto save_checkpoint = [&](int steps_done) -> zrt_status_t {
+    // A save's own messages are point-to-point and a broadcast, kinds the traffic check skips.
     const zrt_status_t status = zrt_partition_save(pm, options.save_dir.c_str());
     if (status == ZRT_SUCCESS && rank == 0) {
       std::printf("saved step %d to %s\n", steps_done, options.save_dir.c_str());
@@ -398,7 +402,7 @@ int run(const Options& options) {
   const double total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   const int status = report(options, comm, side_comm, loss_stream, pm, rank, size, parameters,
-                            losses, total_seconds, model);
+                            losses, total_seconds, model, first_step);
   CHECK_ZRT(zrt_comm_destroy(side_comm));
   CHECK_ZRT(zrt_comm_destroy(comm));
   return status;

@@ -21,8 +21,8 @@ struct RankReport {
 };
 static_assert(sizeof(RankReport) == 512);
 
-// All-gathers every rank's `local` status and values. Collective; `all` has one report per
-// rank. Fails only when the exchange itself fails.
+// Exchanges every rank's `local` status and values (sent to rank 0, then broadcast). Collective;
+// `all` has one report per rank. Fails only when the exchange itself fails.
 Status exchange_reports(Communicator& comm, const Status& local, const uint64_t (&values)[3],
                         std::vector<RankReport>* all);
 

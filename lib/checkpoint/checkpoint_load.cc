@@ -313,6 +313,9 @@ Status load_checkpoint(PartitionManager& pm, const std::string& dir) {
   for (const StagingBuffer& state : staging.states) states.push_back(state.floats());
   ZRT_RETURN_IF_ERROR(pm.restore_checkpoint(staging.master.floats(), states, staging.frozen.data(),
                                             manifest.param_dtype, manifest.step));
+  // The parameters are published as after a step; wait for that, so the load returns with them
+  // in place and a failure of the publishing gather is reported here.
+  ZRT_RETURN_IF_ERROR(pm.checkpoint_quiesce("zrt_partition_load"));
   const auto done = std::chrono::steady_clock::now();
   ZRT_LOG_INFO(
       "checkpoint: loaded step {} from {} (saved by {} ranks at stage {}): read+verify {:.3f} s, "
