@@ -133,6 +133,10 @@ Status JsonFile::parse(const std::string& text, const std::string& origin) {
     size_t colon = what.find(": ", what.find("parse error"));
     if (colon != std::string::npos) what = what.substr(colon + 2);
     return Status::invalid_argument("{}:{}:{}: not valid JSON: {}", origin, line, column, what);
+  } catch (const nlohmann::json::exception& e) {
+    // The parser also throws out_of_range, e.g. for a number beyond a double ("1e999"): found
+    // by tests/fuzz (regressions/model_profile/number_overflow).
+    return Status::invalid_argument("{}: not valid JSON: {}", origin, e.what());
   }
   lines_ = json_value_lines(text);
   return Status::ok();
