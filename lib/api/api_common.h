@@ -37,6 +37,9 @@ Status create_cuda_stream(zrt_comm* comm, zrt_stream** out);
 // child's comes from ncclCommSplit (collective over the parent); otherwise nothing happens and
 // the child initialises NCCL on its first CUDA stream.
 Status split_device_context(zrt_comm* parent, int color, int key, zrt_comm* child);
+// The communicator's device context, initialising its NCCL side on first use (collective), for
+// layers that make their own CUDA streams (a ZRT_MEM_CUDA partition manager).
+Status device_context_for(zrt_comm* comm, std::shared_ptr<DeviceContext>* context);
 
 }  // namespace zrt::api
 

@@ -1,10 +1,12 @@
 // zrt_comm_*, zrt_op_* and zrt_comm_stats*: the C layer over zrt::Communicator. A zrt_comm
 // handle owns the communicator and every stream/event handle made on it.
 #include <memory>
+#include <mutex>
 
 #include "lib/api/api_common.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/comm/communicator.h"
+#include "transports/nccl/device_context.h"
 
 using zrt::Status;
 using zrt::api::check_comm;
@@ -208,7 +210,15 @@ zrt_status_t zrt_comm_destroy(zrt_comm_t comm) {
 zrt_status_t zrt_comm_abort(zrt_comm_t comm) {
   ZRT_API_BODY("zrt_comm_abort", {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
-    comm->impl->abort(Status(ZRT_REMOTE_ERROR, "communicator aborted"));
+    const Status reason(ZRT_REMOTE_ERROR, "communicator aborted");
+    comm->impl->abort(reason);
+    // The NCCL side too, or kernels waiting on a dead peer would keep the device busy.
+    std::shared_ptr<zrt::DeviceContext> device;
+    {
+      std::lock_guard<std::mutex> lock(comm->device_mutex);
+      device = comm->device;
+    }
+    if (device != nullptr) device->abort(reason);
     return Status::ok();
   });
 }
@@ -216,7 +226,14 @@ zrt_status_t zrt_comm_abort(zrt_comm_t comm) {
 zrt_status_t zrt_comm_get_error(zrt_comm_t comm) {
   ZRT_API_BODY("zrt_comm_get_error", {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
-    return comm->impl->error();
+    ZRT_RETURN_IF_ERROR(comm->impl->error());
+    std::shared_ptr<zrt::DeviceContext> device;
+    {
+      std::lock_guard<std::mutex> lock(comm->device_mutex);
+      device = comm->device;
+    }
+    if (device == nullptr) return Status::ok();
+    return device->error().with_context("the communicator's NCCL side");
   });
 }
 

@@ -102,6 +102,16 @@ Status create_cuda_stream(zrt_comm* comm, zrt_stream** out) {
 #endif
 }
 
+Status device_context_for(zrt_comm* comm, std::shared_ptr<DeviceContext>* context) {
+  ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
+#if ZRT_HAVE_NCCL_BUILD
+  return ensure_device(comm, context);
+#else
+  static_cast<void>(context);
+  return not_built();
+#endif
+}
+
 Status split_device_context(zrt_comm* parent, int color, int key, zrt_comm* child) {
   ZRT_RETURN_IF_ERROR(check_comm(parent, "comm"));
 #if ZRT_HAVE_NCCL_BUILD

@@ -124,7 +124,8 @@ Status PartitionManager::reduce_segment(int segment, void* data) {
   const size_t slice_bytes = seg.slice * g;
   char* owned = base + static_cast<size_t>(owner) * slice_bytes;
   if (options_.stage == 1) {
-    ZRT_RETURN_IF_ERROR(rs_stream_->enqueue_host_function(
+    ZRT_RETURN_IF_ERROR(ops->run_on(
+        *rs_stream_,
         [ops, base, owned, slice_bytes, total = seg.numel * g]() {
           ops->zero(base, static_cast<size_t>(owned - base));
           ops->zero(owned + slice_bytes, total - static_cast<size_t>(owned - base) - slice_bytes);
@@ -134,7 +135,8 @@ Status PartitionManager::reduce_segment(int segment, void* data) {
   } else if (options_.stage >= 2) {
     char* shard = grad_ptr(grad_shard_, seg.shard_offset);
     const bool full = full_grads_ != nullptr;
-    ZRT_RETURN_IF_ERROR(rs_stream_->enqueue_host_function(
+    ZRT_RETURN_IF_ERROR(ops->run_on(
+        *rs_stream_,
         [ops, dtype, owned, shard, count = seg.slice, full, base, total = seg.numel * g]() {
           ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
           if (full) ops->zero(base, total);
@@ -176,6 +178,9 @@ Status PartitionManager::grad_ready(int unit) {
     microbatch_started_ = true;
     grads_prepared_ = false;
   }
+  // Device ops launch on the reduce-scatter stream, ahead of the reductions they feed.
+  ScopedBind bound(*ops_);
+  ZRT_RETURN_IF_ERROR(bound.bind(rs_stream_));
   const zrt_dtype_t pdt = options_.param_dtype;
   const zrt_dtype_t gdt = options_.reduce_dtype;
   // Pieces come in segment order; a segment is reduced as soon as this unit has written its

@@ -1,0 +1,35 @@
+// The ZRT_MEM_CUDA variants of the partition manager's two seams: an arena backend over one
+// DeviceArena block (ncclMemAlloc, so NCCL may register it, else cudaMalloc) and element ops
+// over the CUDA kernels of transports/nccl/device_kernels.h.
+//
+// Ordering without host synchronisation. The host ops finish before they return; a device op
+// that did the same would stall the training thread on every call. So the device ops have two
+// modes. Bound to a zrt CUDA stream (ElementOps::bind, ElementOps::run_on), they launch on that
+// stream and return at once: a reduction's follow-up and the conversion feeding a gather sit on
+// the same stream as the collective, ordered by CUDA itself. Before the first launch of a
+// binding the bound stream waits (cudaStreamWaitEvent) on an event recorded on CUDA's legacy
+// default stream, which orders zrt's work after every kernel the framework queued on its default
+// or blocking streams (its gradients, its optimizer). Unbound, an op runs on the ops' own stream
+// and waits for it: only calls off the training path (load_param, checkpoint copies, gradient
+// norm read-back, step preparation) take that route.
+//
+// Declared without CUDA headers, so the manager builds whether or not NCCL was found; without
+// NCCL both factories answer ZRT_UNSUPPORTED saying so.
+#pragma once
+
+#include <memory>
+
+#include "lib/core/status.h"
+#include "lib/partition/arena.h"
+#include "lib/partition/element_ops.h"
+
+namespace zrt {
+
+// One device block on `device`; allocate() hands it zero-filled.
+Status create_device_arena_backend(int device, std::unique_ptr<ArenaBackend>* backend);
+
+// Element ops on `device`. They own a CUDA stream, one timing-free event and the few bytes of
+// device workspace the fused sum-of-squares kernel needs, all made here (finalize time).
+Status create_device_element_ops(int device, std::unique_ptr<ElementOps>* ops);
+
+}  // namespace zrt
