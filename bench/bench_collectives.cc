@@ -1,13 +1,20 @@
 // Collective bandwidth at 2 ranks (forked processes over UCX), beside single-thread memcpy of
 // the same size measured in the same run.
 //
-//   build-*/bench/bench_collectives [max_mib=256] [ranks=2]
+//   build-*/bench/bench_collectives [max_mib=256] [ranks=2] [check]
 //
 // For each size S (total bytes: the reduce-scatter input, the all-gather output, the all-reduce
 // buffer) it prints the time per call and nccl-tests' bus bandwidth: algbw = S / t; busbw =
 // algbw * (N-1)/N for reduce_scatter and all_gather, * 2(N-1)/N for all_reduce. "vs memcpy" is
 // busbw over the memcpy rate of S bytes (one thread, pre-touched buffers), measured by rank 0
 // while the other ranks wait. Buffers are allocated and touched once, before timing.
+//
+// "check" measures the collective-order checker instead, side by side in one run: every rank
+// opens two communicators over the same ranks (own transport and engine each), one with the
+// checker off and one with it on, and times the same calls on the same buffers on both,
+// alternating off/on for 15 rounds per size and kind (about 16 MiB moved per round); it prints
+// the best and the median time per call of each, and on/off - 1 (the checker's cost) for both,
+// from 64 KiB up to max_mib. On a shared machine the best times are the steadier comparison.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,22 +98,115 @@ double memcpy_gbps(size_t bytes) {
   return static_cast<double>(bytes) * iterations / elapsed / 1e9;
 }
 
-void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
-  FileExchange exchange{dir, rank, size, 0};
+// One communicator's pieces below the C API (transport, engine, one stream).
+struct Endpoint {
+  std::unique_ptr<zrt::Bootstrap> bootstrap;
+  std::unique_ptr<zrt::Transport> transport;
+  std::unique_ptr<zrt::ProgressEngine> engine;
+  zrt::Stream* stream = nullptr;
+};
+
+void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) {
+  const int rank = exchange.rank;
+  const int size = exchange.size;
   zrt_oob_t oob{file_allgather, file_test, file_free,           &exchange,
                 rank,           size,      size > 0 ? rank : 0, size};
-  std::unique_ptr<zrt::Bootstrap> bootstrap;
-  check(zrt::create_oob_bootstrap(oob, 60000, &bootstrap), "bootstrap");
+  check(zrt::create_oob_bootstrap(oob, 60000, &endpoint->bootstrap), "bootstrap");
   zrt::TransportOptions transport_options;
-  std::unique_ptr<zrt::Transport> transport;
-  check(zrt::create_ucx_transport(*bootstrap, transport_options, &transport), "transport");
+  check(zrt::create_ucx_transport(*endpoint->bootstrap, transport_options, &endpoint->transport),
+        "transport");
   zrt::EngineOptions engine_options;
   engine_options.rank = rank;
   engine_options.size = size;
-  std::unique_ptr<zrt::ProgressEngine> engine;
-  check(zrt::create_progress_engine(*transport, engine_options, &engine), "engine");
-  zrt::Stream* stream = nullptr;
-  check(engine->create_stream(ZRT_MEM_HOST, &stream), "stream");
+  engine_options.check_order = check_order;
+  check(zrt::create_progress_engine(*endpoint->transport, engine_options, &endpoint->engine),
+        "engine");
+  check(endpoint->engine->create_stream(ZRT_MEM_HOST, &endpoint->stream), "stream");
+}
+
+void sync_barrier(zrt::Stream& stream, int rank, int size) {
+  zrt::CollectiveArgs args;
+  args.kind = ZRT_COLL_BARRIER;
+  check(zrt::enqueue_collective(stream, rank, size, args), "barrier");
+  check(stream.synchronize(), "barrier");
+}
+
+// The checker's cost: the same calls timed on a communicator without and one with it.
+void run_check_rank(const std::string& dir, int rank, int size, size_t max_mib) {
+  FileExchange exchange{dir, rank, size, 0};
+  Endpoint endpoints[2];
+  open_endpoint(exchange, 0, &endpoints[0]);
+  open_endpoint(exchange, 1, &endpoints[1]);
+  const size_t max_bytes = max_mib << 20;
+  std::vector<char> input(max_bytes, 1), output(max_bytes, 2);
+  if (rank == 0) {
+    std::printf("%-16s %8s %10s %10s %9s %10s %10s %9s\n", "collective", "KiB", "best_off",
+                "best_on", "cost", "med_off", "med_on", "cost");
+  }
+  struct Variant {
+    const char* name;
+    zrt_coll_kind_t kind;
+  };
+  const Variant variants[] = {{"reduce_scatter", ZRT_COLL_REDUCE_SCATTER},
+                              {"all_gather", ZRT_COLL_ALL_GATHER},
+                              {"all_reduce", ZRT_COLL_ALL_REDUCE}};
+  constexpr int kRounds = 15;
+  for (size_t bytes = size_t{64} << 10; bytes <= max_bytes; bytes *= 4) {
+    const size_t elements = bytes / sizeof(float);
+    for (const Variant& variant : variants) {
+      zrt::CollectiveArgs args;
+      args.kind = variant.kind;
+      args.dtype = ZRT_F32;
+      args.op = ZRT_SUM;
+      args.sendbuf = input.data();
+      args.recvbuf = output.data();
+      args.count = variant.kind == ZRT_COLL_ALL_REDUCE ? elements : elements / size;
+      const int iterations =
+          std::max(2, static_cast<int>((size_t{16} << 20) / bytes));  // about 16 MiB per round
+      std::vector<double> times[2];
+      for (int round = -1; round < kRounds; ++round) {
+        for (int mode = 0; mode < 2; ++mode) {
+          Endpoint& endpoint = endpoints[(round + mode) % 2 == 0 ? 0 : 1];
+          const int which = &endpoint == &endpoints[0] ? 0 : 1;
+          sync_barrier(*endpoint.stream, rank, size);
+          const auto start = Clock::now();
+          for (int i = 0; i < iterations; ++i) {
+            check(zrt::enqueue_collective(*endpoint.stream, rank, size, args), variant.name);
+          }
+          check(endpoint.stream->synchronize(), variant.name);
+          const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          if (round >= 0) times[which].push_back(seconds / iterations);  // round -1 warms up
+        }
+      }
+      for (auto& list : times) std::sort(list.begin(), list.end());
+      const double best_off = times[0][0], best_on = times[1][0];
+      const double off = times[0][kRounds / 2], on = times[1][kRounds / 2];
+      if (rank == 0) {
+        std::printf("%-16s %8zu %10.1f %10.1f %+8.1f%% %10.1f %10.1f %+8.1f%%\n", variant.name,
+                    bytes >> 10, best_off * 1e6, best_on * 1e6, 100.0 * (best_on / best_off - 1.0),
+                    off * 1e6, on * 1e6, 100.0 * (on / off - 1.0));
+        std::fflush(stdout);
+      }
+    }
+  }
+  const zrt::CommCounters& counters = endpoints[1].engine->counters();
+  if (rank == 0) {
+    std::printf("checker traffic (checked communicator, rank 0): %llu messages, %llu bytes\n",
+                static_cast<unsigned long long>(counters.check_messages()),
+                static_cast<unsigned long long>(counters.check_bytes()));
+  }
+  for (Endpoint& endpoint : endpoints) {
+    sync_barrier(*endpoint.stream, rank, size);
+    check(endpoint.engine->shutdown(), "shutdown");
+  }
+}
+
+void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
+  FileExchange exchange{dir, rank, size, 0};
+  Endpoint endpoint;
+  open_endpoint(exchange, -1, &endpoint);
+  std::unique_ptr<zrt::ProgressEngine>& engine = endpoint.engine;
+  zrt::Stream* stream = endpoint.stream;
 
   const size_t max_bytes = max_mib << 20;
   std::vector<char> input(max_bytes, 1), output(max_bytes, 2);
@@ -207,6 +307,7 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
 int main(int argc, char** argv) {
   const size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
   const int size = argc > 2 ? std::atoi(argv[2]) : 2;
+  const bool check_mode = argc > 3 && std::strcmp(argv[3], "check") == 0;
   char dir_template[] = "/tmp/zrt-bench-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("mkdtemp");
@@ -217,7 +318,11 @@ int main(int argc, char** argv) {
   for (int rank = 0; rank < size; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
-      run_rank(dir, rank, size, max_mib);
+      if (check_mode) {
+        run_check_rank(dir, rank, size, max_mib);
+      } else {
+        run_rank(dir, rank, size, max_mib);
+      }
       std::fflush(stdout);
       _exit(0);
     }

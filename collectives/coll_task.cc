@@ -8,11 +8,47 @@ namespace zrt {
 
 Status CollTask::start(TaskContext& context) {
   phase_index_ = 0;
+  phases_started_ = false;
+  phases_done_ = false;
+  if (!local_ && !prepared_) ZRT_RETURN_IF_ERROR(check_.start(context));
+  if (check_.active()) return Status::ok();  // the data phases wait for the fingerprints
+  return start_phases(context);
+}
+
+Status CollTask::prepare(TaskContext& context) {
+  prepared_ = true;
+  return check_.start(context);
+}
+
+Status CollTask::start_phases(TaskContext& context) {
+  phases_started_ = true;
   if (phase_count_ == 0) return Status::ok();
   return phases_[0]->start(context, *this);
 }
 
+// With the order check, the data phases start only once every checked peer's fingerprint
+// arrived and matched (order_check.h tells why), and the task ends once they are done and the
+// fingerprint sends completed.
 Status CollTask::progress(TaskContext& context, bool* done) {
+  if (!check_.active()) return run_phases(context, done);
+  marker_ += static_cast<uint64_t>(check_.poll(context));
+  if (!phases_started_) {
+    if (check_.mismatch_ready()) return check_.mismatch();
+    if (!check_.mismatch().is_ok()) return Status::ok();  // our fingerprints still on their way
+    if (!check_.peer_error().is_ok()) {
+      return check_.peer_error().with_context(check_.missing_description());
+    }
+    if (!check_.all_matched()) return Status::ok();
+    ZRT_RETURN_IF_ERROR(start_phases(context));
+  }
+  if (!phases_done_) ZRT_RETURN_IF_ERROR(run_phases(context, &phases_done_));
+  if (!phases_done_ || !check_.settled()) return Status::ok();
+  if (!check_.peer_error().is_ok()) return check_.peer_error().with_context("order check");
+  *done = true;
+  return Status::ok();
+}
+
+Status CollTask::run_phases(TaskContext& context, bool* done) {
   while (phase_index_ < phase_count_) {
     bool phase_done = false;
     ZRT_RETURN_IF_ERROR(phases_[phase_index_]->progress(context, *this, &phase_done));
@@ -29,6 +65,8 @@ Status CollTask::progress(TaskContext& context, bool* done) {
 }
 
 std::string CollTask::waiting_on() const {
+  std::string behind = check_.waiting_on();
+  if (!behind.empty()) return behind;
   if (waiting_peer_ < 0) return "";
   return fmt::format("rank {}", waiting_peer_);
 }

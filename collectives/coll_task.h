@@ -2,7 +2,8 @@
 // (all-reduce = ring reduce-scatter, then ring all-gather); each phase is a non-blocking state
 // machine that posts transport operations and advances when they complete. CollTask runs the
 // phases in order and keeps what the engine reads: kind, byte counts, a progress marker and the
-// peers still waited for.
+// peers still waited for. Alongside the phases it runs the collective-order check
+// (order_check.h) when the engine asks for it.
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/order_check.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "lib/engine/stream_resources.h"
 #include "lib/engine/task.h"
@@ -65,6 +67,8 @@ class CollTask final : public Task {
 
   void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
   void set_local() { local_ = true; }
+  // The call's fingerprint for the order checker (collectives only, not point-to-point).
+  void set_fingerprint(const OrderFingerprint& fingerprint) { check_.set_fingerprint(fingerprint); }
 
   Status start(TaskContext& context) override;
   Status progress(TaskContext& context, bool* done) override;
@@ -72,11 +76,18 @@ class CollTask final : public Task {
   zrt_coll_kind_t kind() const override { return kind_; }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
+  uint64_t check_bytes_sent() const override { return check_.bytes_sent(); }
+  uint64_t check_messages_sent() const override { return check_.messages_sent(); }
   std::string describe() const override { return description_; }
   uint64_t progress_count() const override { return marker_; }
   int p2p_peer() const override { return local_ ? -1 : p2p_peer_; }
   bool p2p_is_send() const override { return p2p_is_send_; }
   std::string waiting_on() const override;
+  // Lookahead (Task::prepare): a checked collective posts its fingerprints while the one before
+  // it on the stream still moves data.
+  bool wants_prepare() const override { return !local_ && check_.has_fingerprint(); }
+  Status prepare(TaskContext& context) override;
+  bool ready_for_next() const override { return check_.active() && phases_started_; }
 
   // For phases.
   Status post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer, size_t bytes,
@@ -102,6 +113,13 @@ class CollTask final : public Task {
   uint64_t bytes_received_ = 0;
   uint64_t marker_ = 0;
   int waiting_peer_ = -1;
+  bool phases_started_ = false;
+  bool phases_done_ = false;
+  bool prepared_ = false;  // prepare() already started the order check
+  OrderCheck check_;
+
+  Status start_phases(TaskContext& context);
+  Status run_phases(TaskContext& context, bool* done);
 };
 
 // Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0.

@@ -11,6 +11,7 @@
 #include "collectives/collectives.h"
 #include "collectives/direct_all_reduce.h"
 #include "collectives/local_copy.h"
+#include "collectives/order_check.h"
 #include "collectives/point_to_point.h"
 #include "collectives/recursive_doubling_all_reduce.h"
 #include "collectives/reduce_chain.h"
@@ -212,6 +213,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
 
   auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,
                                          args.kind == ZRT_COLL_SEND);
+  if (!p2p) task->set_fingerprint(make_fingerprint(args));
   const void* send = args.sendbuf;
   void* recv = args.recvbuf;
   if (p2p) {

@@ -19,6 +19,15 @@ class CommCounters {
     entry.busy_ns.fetch_add(busy_ns, std::memory_order_relaxed);
   }
 
+  // The collective-order checker's fingerprint traffic, kept apart from the payload counters so
+  // that zrt_comm_stats reports the algorithms' own bytes whether the checker runs or not.
+  void add_check(uint64_t messages, uint64_t bytes) {
+    check_messages_.fetch_add(messages, std::memory_order_relaxed);
+    check_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  uint64_t check_messages() const { return check_messages_.load(std::memory_order_relaxed); }
+  uint64_t check_bytes() const { return check_bytes_.load(std::memory_order_relaxed); }
+
   // Fills per_kind and total of `stats` (its size field is left alone).
   void snapshot(zrt_comm_stats_t* stats) const {
     stats->total = zrt_coll_counters_t{};
@@ -43,6 +52,8 @@ class CommCounters {
       entry.bytes_received = 0;
       entry.busy_ns = 0;
     }
+    check_messages_ = 0;
+    check_bytes_ = 0;
   }
 
  private:
@@ -53,6 +64,8 @@ class CommCounters {
     std::atomic<uint64_t> busy_ns{0};
   };
   Entry entries_[ZRT_COLL_KIND_COUNT];
+  std::atomic<uint64_t> check_messages_{0};
+  std::atomic<uint64_t> check_bytes_{0};
 };
 
 }  // namespace zrt

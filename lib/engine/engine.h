@@ -67,7 +67,16 @@ struct EngineOptions {
   int rank = 0;
   int size = 1;
   int64_t timeout_ms = 60000;  // a task that makes no progress this long fails with ZRT_TIMEOUT
+  // The collective-order checker (collectives/order_check.h): 1 on, 0 off, -1 = from ZRT_CHECK
+  // in the environment ("1"/"0"), and when that is unset, on in builds without NDEBUG (meson's
+  // debug and debugoptimized buildtypes, the project's default) and off in release builds.
+  // create_progress_engine resolves it: options().check_order is then 0 or 1.
+  int check_order = -1;
 };
+
+// Resolves EngineOptions::check_order -1 as described there; other values pass through. An
+// unknown ZRT_CHECK value is ZRT_INVALID_ARGUMENT naming it.
+Status resolve_check_order(int requested, int* resolved);
 
 class ProgressEngine {
  public:

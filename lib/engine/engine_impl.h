@@ -20,9 +20,11 @@ namespace zrt {
 class EngineImpl;
 
 // Tag layout (kTagBits = 44): bit 43 set for point-to-point; bits 33..42 the stream index
-// (mod 1024); bits 16..32 the sequence number (mod 2^17); bits 0..15 the task's own.
+// (mod 1024); bit 32 the order checker's (kOrderCheckTagBit); bits 16..31 the sequence number
+// (mod 2^16); bits 0..15 the task's own.
 inline constexpr int kStreamIndexBits = 10;
-inline constexpr int kSequenceBits = 17;
+inline constexpr int kSequenceBits = 16;
+static_assert(kOrderCheckTagBit == uint64_t{1} << (kTaskTagBits + kSequenceBits));
 inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
 
@@ -50,9 +52,11 @@ class StreamImpl final : public Stream {
 
   // Progress thread only.
   std::unique_ptr<Task> running_;
+  std::unique_ptr<Task> next_;  // taken from queue_ and prepared (Task::prepare), runs next
   bool started_ = false;
   uint64_t last_marker_ = 0;
   uint64_t tag_base_ = 0;
+  uint32_t sequence_ = 0;  // the running task's collective number on this stream
   std::chrono::steady_clock::time_point start_time_;
   std::chrono::steady_clock::time_point last_advance_;
   StreamResources resources_;
@@ -112,8 +116,9 @@ class EngineImpl final : public ProgressEngine {
   void run();
   void fail_engine(const Status& reason);  // any thread
   void fail_stream_locked(StreamImpl& stream, const Status& reason);
-  void finish_task(StreamImpl& stream);   // progress thread
-  Status start_task(StreamImpl& stream);  // progress thread
+  void finish_task(StreamImpl& stream);     // progress thread
+  Status start_task(StreamImpl& stream);    // progress thread
+  Status prepare_next(StreamImpl& stream);  // progress thread
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread

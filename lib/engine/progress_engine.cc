@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -34,7 +36,8 @@ namespace zrt {
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence) {
   const uint64_t stream_bits = static_cast<uint64_t>(stream_index) & (kMaxLiveStreams - 1);
   const uint64_t sequence_bits = sequence & ((uint64_t{1} << kSequenceBits) - 1);
-  uint64_t tag = (stream_bits << (kTaskTagBits + kSequenceBits)) | (sequence_bits << kTaskTagBits);
+  uint64_t tag =
+      (stream_bits << (kTaskTagBits + kSequenceBits + 1)) | (sequence_bits << kTaskTagBits);
   if (p2p) tag |= uint64_t{1} << (kTagBits - 1);
   return tag;
 }
@@ -204,6 +207,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   Task& task = *stream.running_;
   StreamResources& resources = stream.resources_;
   stream.tag_base_ = 0;
+  stream.sequence_ = 0;
   if (task.communicates()) {
     const int peer = task.p2p_peer();
     if (peer >= 0) {
@@ -219,7 +223,8 @@ Status EngineImpl::start_task(StreamImpl& stream) {
           task.p2p_is_send() ? resources.p2p_send_seq[peer] : resources.p2p_recv_seq[peer];
       stream.tag_base_ = make_tag_base(true, stream.index(), sequence++);
     } else {
-      stream.tag_base_ = make_tag_base(false, stream.index(), resources.collective_seq++);
+      stream.sequence_ = resources.collective_seq++;
+      stream.tag_base_ = make_tag_base(false, stream.index(), stream.sequence_);
       if (resources.scratch == nullptr) {
         void* scratch = nullptr;
         ZRT_RETURN_IF_ERROR(
@@ -234,8 +239,32 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
-  TaskContext context{transport_, options_.rank, options_.size, stream.tag_base_, &resources};
+  TaskContext context{transport_, options_.rank,  options_.size,    stream.tag_base_,
+                      &resources, stream.index(), stream.sequence_, options_.check_order == 1};
   return task.start(context);
+}
+
+// Takes the next task of the stream out of the queue and prepares it, when it is a collective
+// that wants to (the running one, being a collective too, has already drawn its sequence
+// number, so the next one's is collective_seq). Nothing else can run between the two on this
+// stream, so start_task later gives it the same tag_base and sequence.
+Status EngineImpl::prepare_next(StreamImpl& stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream.failed_ || stream.queue_.empty()) return Status::ok();
+    Task& front = *stream.queue_.front();
+    if (!front.communicates() || front.p2p_peer() >= 0 || !front.wants_prepare()) {
+      return Status::ok();
+    }
+    stream.next_ = std::move(stream.queue_.front());
+    stream.queue_.pop_front();
+  }
+  const uint32_t sequence = stream.resources_.collective_seq;
+  TaskContext context{transport_,         options_.rank,
+                      options_.size,      make_tag_base(false, stream.index(), sequence),
+                      &stream.resources_, stream.index(),
+                      sequence,           options_.check_order == 1};
+  return stream.next_->prepare(context).with_context(stream.next_->describe() + " (prepared)");
 }
 
 void EngineImpl::finish_task(StreamImpl& stream) {
@@ -246,6 +275,9 @@ void EngineImpl::finish_task(StreamImpl& stream) {
     const auto busy =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now - stream.start_time_).count();
     counters_.add(kind, task.bytes_sent(), task.bytes_received(), static_cast<uint64_t>(busy));
+  }
+  if (task.check_messages_sent() > 0) {
+    counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
@@ -315,13 +347,20 @@ void EngineImpl::run() {
       }
       bool busy = false;
       for (const auto& stream : active) {
+        if (stream->running_ == nullptr && !stream->failed_ && stream->next_ != nullptr) {
+          stream->running_ = std::move(stream->next_);
+          stream->started_ = false;
+          advanced = true;
+        }
         if (stream->running_ == nullptr && !stream->failed_ && !stream->queue_.empty()) {
           stream->running_ = std::move(stream->queue_.front());
           stream->queue_.pop_front();
           stream->started_ = false;
           advanced = true;
         }
-        if (stream->running_ != nullptr || !stream->queue_.empty()) busy = true;
+        if (stream->running_ != nullptr || stream->next_ != nullptr || !stream->queue_.empty()) {
+          busy = true;
+        }
       }
       if (stopping_ && (!busy || failed_) && !cancel) exit_now = true;
     }
@@ -331,6 +370,7 @@ void EngineImpl::run() {
       transport_.cancel_all(cancel_reason);
       for (const auto& stream : active) {
         stream->running_.reset();
+        stream->next_.reset();
         stream->started_ = false;
       }
       done_cv_.notify_all();
@@ -352,8 +392,9 @@ void EngineImpl::run() {
         advanced = true;
       }
       if (status.is_ok()) {
-        TaskContext context{transport_, options_.rank, options_.size, stream->tag_base_,
-                            &stream->resources_};
+        TaskContext context{
+            transport_,          options_.rank,   options_.size,     stream->tag_base_,
+            &stream->resources_, stream->index(), stream->sequence_, options_.check_order == 1};
         status = task.progress(context, &done);
       }
       if (!status.is_ok()) {
@@ -382,6 +423,13 @@ void EngineImpl::run() {
       if (done) {
         finish_task(*stream);
         advanced = true;
+      } else if (stream->next_ == nullptr && task.ready_for_next()) {
+        Status prepared = prepare_next(*stream);
+        if (!prepared.is_ok()) {
+          fail_engine(prepared.with_context(fmt::format("stream {}", stream->index())));
+          advanced = true;
+          continue;
+        }
       }
     }
 
@@ -417,6 +465,7 @@ void EngineImpl::run() {
   }
   for (const auto& stream : active) {
     stream->running_.reset();
+    stream->next_.reset();
     release_resources(*stream);
   }
   done_cv_.notify_all();
@@ -456,10 +505,40 @@ Status EngineImpl::shutdown() {
   return error();
 }
 
+Status resolve_check_order(int requested, int* resolved) {
+  if (requested == 0 || requested == 1) {
+    *resolved = requested;
+    return Status::ok();
+  }
+  if (requested != -1) {
+    return Status::invalid_argument("check_order must be -1, 0 or 1 (got {})", requested);
+  }
+  const char* value = std::getenv("ZRT_CHECK");
+  if (value == nullptr || *value == '\0') {
+#ifdef NDEBUG
+    *resolved = 0;
+#else
+    *resolved = 1;
+#endif
+    return Status::ok();
+  }
+  if (std::strcmp(value, "1") == 0) {
+    *resolved = 1;
+  } else if (std::strcmp(value, "0") == 0) {
+    *resolved = 0;
+  } else {
+    return Status::invalid_argument("ZRT_CHECK='{}': expected 1 (check collective order) or 0",
+                                    value);
+  }
+  return Status::ok();
+}
+
 Status create_progress_engine(Transport& transport, const EngineOptions& options,
                               std::unique_ptr<ProgressEngine>* engine) {
   if (engine == nullptr) return Status::invalid_argument("create_progress_engine: engine is NULL");
-  auto created = std::make_unique<EngineImpl>(transport, options);
+  EngineOptions resolved = options;
+  ZRT_RETURN_IF_ERROR(resolve_check_order(options.check_order, &resolved.check_order));
+  auto created = std::make_unique<EngineImpl>(transport, resolved);
   ZRT_RETURN_IF_ERROR(created->init());
   *engine = std::move(created);
   return Status::ok();

@@ -11,6 +11,8 @@
 #include <deque>
 #include <vector>
 
+#include "lib/engine/fingerprint.h"
+
 namespace zrt {
 
 // Staging bytes per stream: enough for the ring's receive and send slots (8 x 256 KiB) and for
@@ -31,6 +33,9 @@ struct StreamResources {
   std::vector<uint32_t> p2p_send_seq;
   std::vector<uint32_t> p2p_recv_seq;
   uint32_t collective_seq = 0;
+  // The last collective of this stream whose fingerprint every checked peer matched (magic 0
+  // before the first): named when a peer falls behind.
+  OrderFingerprint last_matched;
 };
 
 }  // namespace zrt

@@ -29,9 +29,18 @@ struct TaskContext {
   // Per-stream resources the engine keeps for the task's stream (constant-size staging memory
   // from transport.alloc_registered, the self-send mailbox). Owned by the engine.
   StreamResources* resources = nullptr;
+  // The stream's index and the task's collective number on it (collectives only), for the
+  // collective-order checker's messages.
+  int stream_index = 0;
+  uint32_t sequence = 0;
+  // Whether collectives exchange and compare fingerprints (EngineOptions::check_order).
+  bool check_order = false;
 };
 
 inline constexpr int kTaskTagBits = 16;
+// Reserved for the collective-order checker's fingerprint messages: set in tag_base | bit, never
+// in the bits a task uses itself, so fingerprints never match a data message.
+inline constexpr uint64_t kOrderCheckTagBit = uint64_t{1} << 32;
 
 class Task {
  public:
@@ -50,6 +59,10 @@ class Task {
   virtual zrt_coll_kind_t kind() const = 0;
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
+  // Bytes and messages the collective-order checker sent for this task: counted apart from the
+  // payload (CommCounters::check_bytes), so bytes_sent() stays the algorithm's own traffic.
+  virtual uint64_t check_bytes_sent() const { return 0; }
+  virtual uint64_t check_messages_sent() const { return 0; }
   // One line for logs and errors, e.g. "reduce_scatter(4194304 x f32, sum)".
   virtual std::string describe() const = 0;
 
@@ -62,6 +75,15 @@ class Task {
   // does not shift the collective sequence of ranks that take no part in it. -1 = collective.
   virtual int p2p_peer() const { return -1; }
   virtual bool p2p_is_send() const { return false; }
+  // Lookahead. While a stream's running collective reports ready_for_next(), the engine may take
+  // the next task of the stream, if it wants_prepare(), out of the queue and call prepare() on
+  // it with the tag_base and sequence it will run with, so that it posts its first small
+  // messages early (the order checker's fingerprints: their latency then hides behind the
+  // running collective). start() follows as usual, with the same context. A task that was
+  // prepared is dropped only after the transport cancelled its operations.
+  virtual bool wants_prepare() const { return false; }
+  virtual Status prepare(TaskContext& /*context*/) { return Status::ok(); }
+  virtual bool ready_for_next() const { return false; }
   // For timeout messages: the ranks the task still waits for, e.g. "ranks 2, 3" ("" = unknown).
   virtual std::string waiting_on() const { return ""; }
 };
