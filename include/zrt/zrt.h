@@ -537,8 +537,21 @@ typedef struct zrt_optimizer_args {
   int64_t step; /* 1 on the first step */
 } zrt_optimizer_args_t;
 
-/* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on (the parameters are then
- * left unchanged on this rank). */
+/* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on (see there for what is
+ * rolled back).
+ *
+ * mem_kind ZRT_MEM_CUDA: master, grad, state and every pointer the partition hands out
+ * (param_data, grad_data) are device pointers, and load_param's values must be device memory
+ * too. The optimizer is a device-side optimizer launched by the framework. zrt synchronizes its
+ * own streams before the callback (the gradient shard is final); the callback must launch its
+ * kernels on the legacy default stream or a blocking stream, or synchronize its stream before
+ * returning, since zrt's publishing kernels are ordered after those streams (device-side
+ * waits, no host synchronization). Gradients likewise: zrt's work for grad_ready starts after
+ * what the framework queued on those streams, and the framework's later kernels there start
+ * after zrt has consumed the gradient window and published the parameters.
+ * zrt_partition_create with ZRT_MEM_CUDA initialises the communicator's NCCL side
+ * (collective) and returns ZRT_UNSUPPORTED with the CUDA runtime's reason when no device is
+ * usable, or when zrt was built without NCCL. */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
 
 /* Waits for all reductions, calls optimizer once with the local shard, then converts master to

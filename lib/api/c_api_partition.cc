@@ -61,14 +61,20 @@ zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t*
     ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(pm, "pm"));
     zrt::PartitionOptions options;
     ZRT_RETURN_IF_ERROR(zrt::partition_options_from_config(config, &options));
-    if (options.mem_kind != ZRT_MEM_HOST) {
+    // ZRT_MEM_CUDA: the communicator's NCCL side now (collective; a rank without a usable
+    // device fails every rank with the CUDA runtime's reason), not halfway through finalize.
+    std::shared_ptr<zrt::DeviceContext> device;
+    if (options.mem_kind == ZRT_MEM_CUDA) {
+      ZRT_RETURN_IF_ERROR(zrt::api::device_context_for(comm, &device).with_context(
+          "config.mem_kind = ZRT_MEM_CUDA: partition buffers in device memory"));
+    } else if (options.mem_kind != ZRT_MEM_HOST) {
       return zrt::Status(ZRT_UNSUPPORTED,
-                         "config.mem_kind: partition buffers in ZRT_MEM_CUDA memory are not "
-                         "available in this build");
+                         "config.mem_kind: only ZRT_MEM_HOST and ZRT_MEM_CUDA are supported");
     }
     auto handle = std::make_unique<zrt_partition>();
     handle->comm = comm;
     handle->impl = std::make_unique<zrt::PartitionManager>(*comm->impl, options);
+    handle->impl->set_device_context(std::move(device));
     *pm = handle.release();
     return zrt::Status::ok();
   });

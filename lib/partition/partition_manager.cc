@@ -11,6 +11,8 @@
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "lib/engine/engine.h"
+#include "lib/partition/device_ops.h"
+#include "transports/nccl/device_context.h"
 
 namespace zrt {
 
@@ -88,13 +90,20 @@ char* PartitionManager::grad_ptr(char* base, size_t elements) const {
 }
 
 Status PartitionManager::allocate_buffers() {
-  if (options_.mem_kind != ZRT_MEM_HOST) {
-    return Status(ZRT_UNSUPPORTED,
-                  "partition buffers in ZRT_MEM_CUDA memory are not available in this build; "
-                  "use mem_kind = ZRT_MEM_HOST");
+  if (options_.mem_kind == ZRT_MEM_CUDA) {
+    if (device_ == nullptr) {
+      return Status(ZRT_UNSUPPORTED,
+                    "partition buffers in ZRT_MEM_CUDA memory need the communicator's device "
+                    "context (zrt_partition_create makes it)");
+    }
+    std::unique_ptr<ArenaBackend> backend;
+    ZRT_RETURN_IF_ERROR(create_device_arena_backend(device_->device(), &backend));
+    ZRT_RETURN_IF_ERROR(create_device_element_ops(device_->device(), &ops_));
+    arena_ = std::make_unique<Arena>(std::move(backend));
+  } else {
+    arena_ = std::make_unique<Arena>(create_host_arena_backend(comm_.transport()));
+    ops_ = create_host_element_ops();
   }
-  arena_ = std::make_unique<Arena>(create_host_arena_backend(comm_.transport()));
-  ops_ = create_host_element_ops();
   Arena& a = *arena_;
   const BufferPlan& b = plan_;
   const size_t h_full = a.plan(b.full_params * p_size_, MemoryCategory::kFullParams);
@@ -135,10 +144,38 @@ Status PartitionManager::allocate_buffers() {
 
 Status PartitionManager::create_streams() {
   ProgressEngine& engine = comm_.engine();
+  if (device_ != nullptr) return create_device_streams();
   // Created in the same order on every rank: stream k talks to stream k.
   ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &ag_stream_));
   ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &rs_stream_));
   auto make = [&engine](Event** event) { return engine.create_event(event); };
+  return create_events(make);
+}
+
+// ZRT_MEM_CUDA: streams and events of the device context, owned by the manager (the engine
+// does not know them), so one CUDA stream orders after another with cudaStreamWaitEvent.
+Status PartitionManager::create_device_streams() {
+  ProgressEngine& engine = comm_.engine();
+  // Indexes only name the streams in messages; NCCL pairs collectives by enqueue order.
+  constexpr int kFirstIndex = 0x5a00;
+  for (Stream** stream : {&ag_stream_, &rs_stream_}) {
+    std::unique_ptr<Stream> made;
+    ZRT_RETURN_IF_ERROR(device_->create_stream(
+        engine, kFirstIndex + static_cast<int>(device_streams_.size()), nullptr, false, &made));
+    *stream = made.get();
+    device_streams_.push_back(std::move(made));
+  }
+  auto make = [this, &engine](Event** event) {
+    std::unique_ptr<Event> made;
+    ZRT_RETURN_IF_ERROR(device_->create_event(engine, &made));
+    *event = made.get();
+    device_events_.push_back(std::move(made));
+    return Status::ok();
+  };
+  return create_events(make);
+}
+
+Status PartitionManager::create_events(const std::function<Status(Event**)>& make) {
   if (options_.stage == 1 || options_.stage == 2) {
     segment_events_.assign(layout_.segments().size(), nullptr);
     for (Event*& event : segment_events_) ZRT_RETURN_IF_ERROR(make(&event));
@@ -337,6 +374,18 @@ Status PartitionManager::destroy() {
     if (first.is_ok() && !status.is_ok()) first = status;
   };
   ProgressEngine& engine = comm_.engine();
+  if (!device_streams_.empty()) {
+    // CUDA: wait for the device to pass zrt's work before the buffers go; the streams and events
+    // are this manager's own, freed here rather than by the engine.
+    for (auto& stream : device_streams_) keep(stream->synchronize());
+    device_streams_.clear();
+    device_events_.clear();
+    ag_stream_ = rs_stream_ = nullptr;
+    segment_events_.clear();
+    bucket_events_.clear();
+    slots_.clear();
+    persistent_event_ = nullptr;
+  }
   // Destroying a stream waits for its work, so buffers are idle before the arena goes.
   if (ag_stream_ != nullptr) keep(engine.destroy_stream(ag_stream_));
   if (rs_stream_ != nullptr) keep(engine.destroy_stream(rs_stream_));
@@ -355,7 +404,9 @@ Status PartitionManager::destroy() {
   bucket_events_.clear();
   slots_.clear();
   persistent_event_ = nullptr;
+  if (ops_ != nullptr) keep(ops_->bind(nullptr));  // a device op's failure not reported yet
   arena_.reset();
+  ops_.reset();
   return first;
 }
 
@@ -363,6 +414,14 @@ Status PartitionManager::destroy() {
 
 Status PartitionManager::checkpoint_quiesce(const char* what) {
   ZRT_RETURN_IF_ERROR(check_finalized(what));
+  if (device_ != nullptr) {
+    // The checkpoint layer reads and writes master, state and frozen store on the host.
+    return Status(ZRT_UNSUPPORTED,
+                  fmt::format("{}: checkpoints of ZRT_MEM_CUDA partitions are not supported; "
+                              "copy the shard to host memory (zrt_partition_step's optimizer "
+                              "sees it) or use mem_kind = ZRT_MEM_HOST",
+                              what));
+  }
   for (size_t u = 0; u < fetched_.size(); ++u) {
     if (fetched_[u]) {
       return Status::invalid_usage("{}: unit {} (\"{}\") is fetched; call it between steps", what,
@@ -387,7 +446,7 @@ Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, voi
   char* dst = static_cast<char*>(out);
   if (options_.stage == 0 || options_.stage == 3) {
     const char* base = options_.stage == 0 ? full_params_ : param_shard_;
-    std::memcpy(dst, base + shard_offset * p_size_, count * p_size_);
+    ops_->copy(dst, base + shard_offset * p_size_, count * p_size_);
     return Status::ok();
   }
   // Stages 1/2: the owned slice of each segment sits inside the full buffer.
@@ -398,7 +457,7 @@ Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, voi
     const size_t n = std::min(count, seg.slice - in_slice);
     const size_t full =
         segment_start(static_cast<int>(s)) + static_cast<size_t>(rank_) * seg.slice + in_slice;
-    std::memcpy(dst, full_params_ + full * p_size_, n * p_size_);
+    ops_->copy(dst, full_params_ + full * p_size_, n * p_size_);
     dst += n * p_size_;
     shard_offset += n;
     count -= n;
@@ -436,6 +495,8 @@ Status PartitionManager::restore_checkpoint(const float* master,
   last_fetched_ = -1;
   direction_ = 1;
   // Publish master as the step does (partition_step.cc).
+  ScopedBind bound(*ops_);
+  ZRT_RETURN_IF_ERROR(bound.bind(ag_stream_));
   const auto& segments = layout_.segments();
   if (options_.stage == 0) {
     ops_->convert(ZRT_F32, master_, pdt, full_params_, count);

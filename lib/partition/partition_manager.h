@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ namespace zrt {
 class Communicator;
 class Stream;
 class Event;
+class DeviceContext;
 
 // Counters of the stage 3 gather window (zrt_partition_stats).
 struct WindowStats {
@@ -71,6 +73,10 @@ class PartitionManager {
   // Waits for pending communication and releases streams, events and the arena.
   Status destroy();
 
+  // ZRT_MEM_CUDA: the communicator's device context (made by the C API before finalize); the
+  // manager's streams and events are CUDA ones from it, its buffers device memory.
+  void set_device_context(std::shared_ptr<DeviceContext> device) { device_ = std::move(device); }
+
   // --- Checkpoint access (used by lib/checkpoint: zrt_partition_save/load/export_full) ---
   // Read access to the trained state and one call that replaces it. The checkpoint layer owns
   // the file format; the manager only exposes its buffers in shard layout.
@@ -108,6 +114,8 @@ class PartitionManager {
   Status check_param(int param) const;
   Status allocate_buffers();
   Status create_streams();
+  Status create_device_streams();
+  Status create_events(const std::function<Status(Event**)>& make);
   Status check_ranks_agree();
   size_t segment_start(int segment) const;  // element offset of the segment in a full view
   char* param_ptr(char* base, size_t elements) const;
@@ -155,6 +163,10 @@ class PartitionManager {
   char* window_ = nullptr;
   char* grad_window_ = nullptr;
   float* optimizer_grad_ = nullptr;
+
+  std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
+  std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here
+  std::vector<std::unique_ptr<Event>> device_events_;    // CUDA events, owned here
 
   Stream* ag_stream_ = nullptr;
   Stream* rs_stream_ = nullptr;

@@ -86,6 +86,9 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   }
   ++step_;
 
+  // Device ops convert on the all-gather stream, ahead of the gathers they feed.
+  ScopedBind bound(*ops_);
+  ZRT_RETURN_IF_ERROR(bound.bind(ag_stream_));
   const zrt_dtype_t pdt = options_.param_dtype;
   const auto& segments = layout_.segments();
   if (options_.stage == 0) {

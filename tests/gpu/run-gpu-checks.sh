@@ -117,7 +117,8 @@ fi
 record PASS configure "$BUILD"
 targets=()
 for t in tests/cuda/test_cuda_probe tests/cuda/test_cuda_device tests/cuda/test_cuda_api \
-         tests/cuda/test_cuda_multirank tools/zrt-run/zrt-run tools/zrt-bench/zrt-bench; do
+         tests/cuda/test_cuda_multirank tests/cuda/test_cuda_partition tools/zrt-run/zrt-run \
+         tools/zrt-bench/zrt-bench; do
   if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q "^$t:"; then targets+=("$t"); fi
 done
 run_step build 200 ninja -C "$BUILD" -j "$JOBS" "${targets[@]}"
@@ -160,6 +161,7 @@ run_gtest cuda_probe tests/cuda/test_cuda_probe 60
 run_gtest cuda_device tests/cuda/test_cuda_device 120
 run_gtest cuda_api tests/cuda/test_cuda_api 60
 run_gtest cuda_multirank tests/cuda/test_cuda_multirank 180
+run_gtest cuda_partition tests/cuda/test_cuda_partition 120
 
 # 5. Bandwidth sweep: one rank per GPU (NCCL refuses two ranks on one device).
 if [ -x "$BUILD/tools/zrt-bench/zrt-bench" ] && [ -x "$BUILD/tools/zrt-run/zrt-run" ]; then
