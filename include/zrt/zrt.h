@@ -403,12 +403,16 @@ typedef struct zrt_partition_config {
   zrt_mem_kind_t mem_kind;  /* where the buffers live. Default ZRT_MEM_HOST */
   int no_sync_accumulation; /* stages 2/3: keep full local gradients so micro-batches may skip
                                the reduction (zrt_partition_set_sync(pm, 0)). Default 0 */
+  int step_backup;          /* 1: keep one copy of master + optimizer state (allocated once at
+                               finalize) so a step whose optimizer fails on any rank is rolled
+                               back on every rank (see zrt_partition_step). 0: no copy; only
+                               failures before the optimizer leave the state intact. Default 1 */
 } zrt_partition_config_t;
 
 #define ZRT_PARTITION_CONFIG_INIT                                                        \
   {                                                                                      \
     sizeof(zrt_partition_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, 2, ZRT_F32,     \
-        ZRT_F32, ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0     \
+        ZRT_F32, ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0, 1  \
   }
 
 /* Applies the keys of a JSON object in file `path` over *config (absent keys keep their value):
@@ -559,7 +563,34 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * all-gather stream (fetch waits for them), (stage 3) updates the shard and regathers the
  * persistent parameters; then clears the gradients. Collective. Errors: ZRT_INVALID_ARGUMENT
  * (NULL optimizer), ZRT_INVALID_USAGE (gradients of some unit missing, no synchronised
- * micro-batch, units still fetched), the optimizer's error, ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ * micro-batch, units still fetched), the optimizer's error, ZRT_TIMEOUT, ZRT_REMOTE_ERROR.
+ *
+ * All or nothing. The ranks agree twice (one tiny all-gather of each rank's status, N > 1):
+ * after the reductions, so that no rank runs its optimizer unless every rank's reductions
+ * succeeded; and after the optimizer, so that a callback failing on any rank fails the step on
+ * every rank. A step that returns an error leaves master, optimizer state, parameters, the
+ * gradients and the step count as they were before the call, on every rank, so the framework
+ * can checkpoint or call zrt_partition_step again:
+ *  - failures before the optimizer (a reduction that fails or times out, a dead peer, a usage
+ *    error on some rank): nothing was touched; a rank returns its own error, or
+ *    ZRT_REMOTE_ERROR naming the ranks that failed when its own part succeeded (a NULL
+ *    optimizer is refused at once, without the vote);
+ *  - an optimizer failing on some rank(s): with step_backup = 1 (default) every rank restores
+ *    master and state from the copy taken just before the callback. Every rank returns the
+ *    status of the lowest failing rank's callback, and the message names each failing rank
+ *    and its status;
+ *  - the agreement itself failing (a peer died or the communicator was aborted during the
+ *    optimizer): this rank restores locally and returns the communication error;
+ *  - publishing failing after every optimizer succeeded (the all-gathers could not be
+ *    enqueued): master and state are restored and the local parameters re-derived from them
+ *    (stage 3 shard, stages 0-2 the owned slices; slices that peers' gathers had already
+ *    delivered are not re-fetched).
+ * With step_backup = 0 only failures before the optimizer are covered: after an optimizer
+ * failure on any rank (or a failed agreement after it), every rank returns an error without publishing, and master/state hold
+ * whatever the callbacks left (updated where they succeeded); restore from a checkpoint rather
+ * than retrying. The post-step all-gathers run asynchronously: once zrt_partition_step has
+ * returned ZRT_SUCCESS the step is committed, and a later gather failure surfaces in
+ * zrt_partition_fetch. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 
@@ -583,13 +614,17 @@ typedef struct zrt_partition_memory {
                                gradient shard handed to the optimizer when reduce_dtype is not
                                f32 (or the shard is not contiguous, stage 1) */
   uint64_t model_state;     /* sum of the six model-state categories */
-  uint64_t total;           /* everything above */
+  uint64_t total;           /* every category, step_backup included */
   double theoretical_model_state; /* the ZeRO formula, unpadded */
   uint64_t parameters;      /* trainable elements (P), without padding */
   uint64_t padded_parameters; /* trainable elements with segment padding */
+  uint64_t step_backup;     /* copy of master + optimizer state for rolling back a failed step
+                               (step_backup = 1); not model state, included in total. Written
+                               only when memory->size covers it */
 } zrt_partition_memory_t;
 
-/* Fills *memory for a finalized manager (measured from its arenas). Local. Errors:
+/* Fills *memory for a finalized manager (measured from its arenas); memory->size may be that
+ * of an older struct ending at padded_parameters. Local. Errors:
  * ZRT_INVALID_ARGUMENT (NULL, size too small), ZRT_INVALID_USAGE (not finalized). */
 ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory);
 

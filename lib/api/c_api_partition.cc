@@ -1,5 +1,7 @@
 // The C API of the partition managers: argument checks and handle plumbing over
 // zrt::PartitionManager (lib/partition).
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -213,8 +215,9 @@ zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, 
 zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory) {
   ZRT_API_BODY("zrt_partition_memory", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    ZRT_RETURN_IF_ERROR((check_sized<zrt_partition_memory_t, int>(memory, "memory",
-                                                                  sizeof(zrt_partition_memory_t))));
+    // Structs compiled before step_backup was added end at padded_parameters.
+    ZRT_RETURN_IF_ERROR((check_sized<zrt_partition_memory_t, int>(
+        memory, "memory", offsetof(zrt_partition_memory_t, padded_parameters) + sizeof(uint64_t))));
     zrt::MemoryFigures figures;
     ZRT_RETURN_IF_ERROR(pm->impl->memory(&figures));
     zrt::memory_figures_to_c(figures, memory);

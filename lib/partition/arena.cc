@@ -74,9 +74,10 @@ void Arena::measure(MemoryFigures* f) const {
   f->buckets = sums[static_cast<int>(MemoryCategory::kBuckets)];
   f->gather_window = sums[static_cast<int>(MemoryCategory::kGatherWindow)];
   f->grad_staging = sums[static_cast<int>(MemoryCategory::kGradStaging)];
+  f->step_backup = sums[static_cast<int>(MemoryCategory::kStepBackup)];
   f->model_state = f->full_params + f->param_shard + f->gradients + f->grad_shard + f->master +
                    f->optimizer_state;
-  f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging;
+  f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging + f->step_backup;
 }
 
 }  // namespace zrt

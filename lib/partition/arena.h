@@ -26,6 +26,7 @@ enum class MemoryCategory : uint8_t {
   kBuckets,
   kGatherWindow,
   kGradStaging,
+  kStepBackup,
   kCount
 };
 

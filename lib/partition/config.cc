@@ -100,6 +100,13 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
     if (ZRT_HAS_FIELD(n, no_sync_accumulation)) {
       o.no_sync_accumulation = config->no_sync_accumulation != 0;
     }
+    if (ZRT_HAS_FIELD(n, step_backup)) {
+      if (config->step_backup != 0 && config->step_backup != 1) {
+        return Status::invalid_argument("config.step_backup is {}; expected 0 or 1",
+                                        config->step_backup);
+      }
+      o.step_backup = config->step_backup != 0;
+    }
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -120,6 +127,7 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   config->alignment = o.alignment;
   config->mem_kind = o.mem_kind;
   config->no_sync_accumulation = o.no_sync_accumulation ? 1 : 0;
+  if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup ? 1 : 0;
 }
 
 Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
@@ -201,6 +209,13 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
         ZRT_RETURN_IF_ERROR(want_int(0, 1, &v));
         o.no_sync_accumulation = v != 0;
       }
+    } else if (key == "step_backup") {
+      if (value.is_boolean()) {
+        o.step_backup = value.get<bool>();
+      } else {
+        ZRT_RETURN_IF_ERROR(want_int(0, 1, &v));
+        o.step_backup = v != 0;
+      }
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -239,6 +254,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.alignment);
   mix(o.mem_kind);
   mix(o.no_sync_accumulation ? 1 : 0);
+  mix(o.step_backup ? 1 : 0);
   return h;
 }
 

@@ -46,6 +46,10 @@ struct PartitionOptions {
   // Stages 2/3: keep a full local gradient buffer so micro-batches can skip the reduction
   // (no-sync accumulation, FSDP's no_sync). Off by default: it costs a full gradient copy.
   bool no_sync_accumulation = false;
+  // One copy of master + optimizer state, taken before the optimizer callback, so a step that
+  // fails on any rank is rolled back everywhere (all-or-nothing, partition_step.cc). On by
+  // default: it costs (1 + slots) x 4 bytes per shard element, less than the state it protects.
+  bool step_backup = true;
 };
 
 // Checks ranges and combinations; messages name the field.

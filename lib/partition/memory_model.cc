@@ -1,6 +1,7 @@
 #include "lib/partition/memory_model.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "lib/core/dtype.h"
 
@@ -50,6 +51,7 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   // and stages 2/3 the gradient shard when they are f32; stage 1's owned slices are spread over
   // the full gradient buffer, so they are always gathered into a copy.
   if (stage == 1 || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
+  if (options.step_backup) plan.backup = layout.shard_numel();
   return plan;
 }
 
@@ -95,9 +97,10 @@ MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layo
       (static_cast<uint64_t>(plan.bucket_count) * plan.bucket_numel + plan.persistent_bucket) * g;
   f.gather_window = static_cast<uint64_t>(plan.window_slots) * plan.window_slot_numel * p;
   f.grad_staging = plan.grad_window * p + plan.optimizer_grad * 4;
+  f.step_backup = plan.backup * 4 * (1 + static_cast<uint64_t>(plan.optimizer_slots));
   f.model_state =
       f.full_params + f.param_shard + f.gradients + f.grad_shard + f.master + f.optimizer_state;
-  f.total = f.model_state + f.buckets + f.gather_window + f.grad_staging;
+  f.total = f.model_state + f.buckets + f.gather_window + f.grad_staging + f.step_backup;
   // The persistent segment's padding is not a trainable element: count the formula's Q from
   // the unpadded persistent parameters, and its padding goes with the other padding.
   f.theoretical_model_state = zero_model_state_bytes(
@@ -131,6 +134,10 @@ void memory_figures_to_c(const MemoryFigures& f, zrt_partition_memory_t* out) {
   out->theoretical_model_state = f.theoretical_model_state;
   out->parameters = f.parameters;
   out->padded_parameters = f.padded_parameters;
+  // Older callers' structs end before step_backup (zrt_partition_memory checks the size).
+  if (out->size >= offsetof(zrt_partition_memory_t, step_backup) + sizeof(out->step_backup)) {
+    out->step_backup = f.step_backup;
+  }
 }
 
 }  // namespace zrt

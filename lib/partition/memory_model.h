@@ -19,6 +19,10 @@
 // stage 3 gather window (depth + 1 slots of the largest unit), and the gradient staging window
 // (the largest unit's gradients in param dtype, plus an f32 copy of the gradient shard for the
 // optimizer when the reduced gradients are not already f32 and contiguous).
+//
+// Step backup (step_backup, default on): one f32 copy of master + optimizer state, the shard's
+// (1 + k) x 4 bytes per element, so a failed step can be rolled back (partition_step.cc). It is
+// not model state (the ZeRO formula does not count it) but is part of the total.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +54,7 @@ struct BufferPlan {
   size_t window_slot_numel = 0;
   size_t grad_window = 0;     // param dtype: the framework's gradient staging window
   size_t optimizer_grad = 0;  // f32 copy of the gradient shard for the optimizer
+  size_t backup = 0;          // f32 elements per backed-up array (master, then each state slot)
 };
 
 struct MemoryFigures {
@@ -67,6 +72,7 @@ struct MemoryFigures {
   double theoretical_model_state = 0;
   uint64_t parameters = 0;
   uint64_t padded_parameters = 0;
+  uint64_t step_backup = 0;
 };
 
 // Stage 3 gather window slots: depth + 1, fewer when max_live_bytes allows fewer (never < 1).

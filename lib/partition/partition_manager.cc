@@ -126,6 +126,13 @@ Status PartitionManager::allocate_buffers() {
       a.plan(slot_bytes_ * static_cast<size_t>(b.window_slots), MemoryCategory::kGatherWindow);
   const size_t h_gwindow = a.plan(b.grad_window * p_size_, MemoryCategory::kGradStaging);
   const size_t h_ograd = a.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
+  const size_t h_bmaster = a.plan(b.backup * 4, MemoryCategory::kStepBackup);
+  std::vector<size_t> h_bstate;
+  if (b.backup > 0) {
+    for (int i = 0; i < b.optimizer_slots; ++i) {
+      h_bstate.push_back(a.plan(b.backup * 4, MemoryCategory::kStepBackup));
+    }
+  }
   ZRT_RETURN_IF_ERROR(a.commit());
   full_params_ = static_cast<char*>(a.address(h_full));
   frozen_ = static_cast<char*>(a.address(h_frozen));
@@ -139,6 +146,8 @@ Status PartitionManager::allocate_buffers() {
   window_ = static_cast<char*>(a.address(h_window));
   grad_window_ = static_cast<char*>(a.address(h_gwindow));
   optimizer_grad_ = static_cast<float*>(a.address(h_ograd));
+  backup_master_ = static_cast<float*>(a.address(h_bmaster));
+  for (size_t h : h_bstate) backup_state_.push_back(static_cast<float*>(a.address(h)));
   return Status::ok();
 }
 

@@ -130,6 +130,14 @@ class PartitionManager {
   void update_window_peaks();
   size_t unit_gather_bytes(int unit) const;
 
+  // The all-or-nothing step (partition_step.cc).
+  Status check_step_ready();
+  Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
+  void take_backup();
+  void restore_backup();
+  Status publish_params();
+  void rederive_params();
+
   // Gradients (partition_grads.cc).
   Status reduce_segment(int segment, void* data);
   Status acquire_bucket(int segment, int* bucket);
@@ -163,6 +171,8 @@ class PartitionManager {
   char* window_ = nullptr;
   char* grad_window_ = nullptr;
   float* optimizer_grad_ = nullptr;
+  float* backup_master_ = nullptr;    // step_backup: master before the optimizer
+  std::vector<float*> backup_state_;  // step_backup: each state slot before it
 
   std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here

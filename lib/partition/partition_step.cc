@@ -7,6 +7,25 @@
 // first units first, each with an event that fetch waits on (so the next forward starts as soon
 // as its first unit is back); stage 3 converts the master into the parameter shard and
 // re-gathers the persistent segment. Finally the gradients are cleared for the next step.
+//
+// All or nothing. A step that fails must leave every rank where it was before the call, so the
+// framework can checkpoint or retry; a rank that updated while a peer did not would silently
+// diverge. The step therefore has three phases with a vote between each:
+//   1. Prepare (local): usage checks, wait for the reductions, and in stage 3 for the gathers
+//      still reading the parameter shard. Nothing is written. Vote 1: a max over every rank's
+//      status code (N int32, reduce + broadcast). Any failure: every rank returns before its
+//      optimizer, naming the ranks that failed.
+//   2. Optimize: copy master + state into the backup (step_backup), run the callback. Vote 2:
+//      the same exchange. Any callback failed: every rank restores from its backup and
+//      returns the lowest failing rank's status, naming all of them. The vote itself failing
+//      means the communicator broke (a peer died, an abort): restore locally and return that.
+//   3. Publish (only when every optimizer succeeded): convert and enqueue the all-gathers. An
+//      enqueue failure restores the backup and re-derives the local parameters from it.
+// Each vote is a max over N int32 codes (each rank's at its index) rather than over one flag:
+// the same latency for N x 4 bytes, and every rank learns who failed and how. Votes are skipped on
+// one rank. Without a backup, phase 2 failures cannot be undone: every rank still stops before
+// publishing (no rank waits in a gather a failed peer never joins), and zrt.h tells the framework
+// to reload a checkpoint.
 #include <cmath>
 
 #include "collectives/collectives.h"
@@ -54,9 +73,7 @@ Status PartitionManager::grad_norm(double* norm, bool* has_nonfinite) {
   return Status::ok();
 }
 
-Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
-  ZRT_RETURN_IF_ERROR(check_finalized("step"));
-  if (optimizer == nullptr) return Status::invalid_argument("optimizer is NULL");
+Status PartitionManager::check_step_ready() {
   for (size_t u = 0; u < fetched_.size(); ++u) {
     if (fetched_[u]) {
       return Status::invalid_usage(
@@ -66,34 +83,68 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
     }
   }
   ZRT_RETURN_IF_ERROR(finish_reductions());
-  const size_t count = layout_.shard_numel();
-  zrt_optimizer_args_t args{};
-  args.size = sizeof(args);
-  args.master = master_;
-  args.grad = optimizer_grad_ != nullptr
-                  ? optimizer_grad_
-                  : reinterpret_cast<const float*>(options_.stage == 0 ? full_grads_ : grad_shard_);
-  args.state = state_.data();
-  args.num_state = static_cast<int>(state_.size());
-  args.count = count;
-  args.pieces = pieces_.data();
-  args.num_pieces = pieces_.size();
-  args.step = step_ + 1;
-  const zrt_status_t code = optimizer(&args, user_data);
-  if (code != ZRT_SUCCESS) {
-    return Status(code, fmt::format("the optimizer callback failed with {} on step {}",
-                                    zrt_status_string(code), args.step));
+  if (options_.stage == 3) {
+    // No gather of this rank's shard may be reading it when publishing rewrites it.
+    ZRT_RETURN_IF_ERROR(
+        ag_stream_->synchronize().with_context("waiting for the gathers of the parameter shard"));
   }
-  ++step_;
+  return Status::ok();
+}
 
+Status PartitionManager::exchange_codes(zrt_status_t mine, const char* what,
+                                        std::vector<int32_t>* codes) {
+  // A callback's stray negative value must still read as a failure under MAX.
+  const int32_t own =
+      mine < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : static_cast<int32_t>(mine);
+  codes->assign(static_cast<size_t>(size_), 0);
+  (*codes)[static_cast<size_t>(rank_)] = own;
+  if (size_ == 1) return Status::ok();
+  // Reduce (max) to rank 0 and broadcast, rather than an all-gather: the vote then stays out of
+  // the reduce-scatter/all-gather/all-reduce counters, so the per-step ZeRO traffic figures
+  // (zrt_comm_stats) stay exactly the formula's.
+  CollectiveArgs reduce;
+  reduce.kind = ZRT_COLL_REDUCE;
+  reduce.sendbuf = codes->data();
+  reduce.recvbuf = codes->data();
+  reduce.count = codes->size();
+  reduce.dtype = ZRT_I32;
+  reduce.op = ZRT_MAX;
+  reduce.root = 0;
+  reduce.purpose = Purpose::kInternal;
+  CollectiveArgs bcast = reduce;
+  bcast.kind = ZRT_COLL_BROADCAST;
+  Stream& stream = comm_.default_stream();
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, rank_, size_, reduce).with_context(what));
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, rank_, size_, bcast).with_context(what));
+  return stream.synchronize().with_context(what);
+}
+
+void PartitionManager::take_backup() {
+  const size_t bytes = layout_.shard_numel() * sizeof(float);
+  if (backup_master_ == nullptr || bytes == 0) return;
+  ops_->copy(backup_master_, master_, bytes);
+  for (size_t i = 0; i < state_.size(); ++i) ops_->copy(backup_state_[i], state_[i], bytes);
+}
+
+void PartitionManager::restore_backup() {
+  const size_t bytes = layout_.shard_numel() * sizeof(float);
+  if (backup_master_ == nullptr || bytes == 0) return;
+  ops_->copy(master_, backup_master_, bytes);
+  for (size_t i = 0; i < state_.size(); ++i) ops_->copy(state_[i], backup_state_[i], bytes);
+}
+
+// Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
+Status PartitionManager::publish_params() {
   // Device ops convert on the all-gather stream, ahead of the gathers they feed.
   ScopedBind bound(*ops_);
   ZRT_RETURN_IF_ERROR(bound.bind(ag_stream_));
   const zrt_dtype_t pdt = options_.param_dtype;
   const auto& segments = layout_.segments();
   if (options_.stage == 0) {
-    ops_->convert(ZRT_F32, master_, pdt, full_params_, count);
-  } else if (options_.stage <= 2) {
+    ops_->convert(ZRT_F32, master_, pdt, full_params_, layout_.shard_numel());
+    return Status::ok();
+  }
+  if (options_.stage <= 2) {
     // Last segments hold the first units (buckets are in backward order): publish them first.
     for (int s = static_cast<int>(segments.size()) - 1; s >= 0; --s) {
       const Segment& seg = segments[s];
@@ -114,26 +165,147 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
         ZRT_RETURN_IF_ERROR(segment_events_[s]->record(*ag_stream_));
       }
     }
-  } else {
-    // No gather of this rank's shard may be reading it while it changes.
-    ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
-    ops_->convert(ZRT_F32, master_, pdt, param_shard_, count);
-    const int p = layout_.persistent_segment();
-    if (p >= 0) {
-      const Segment& seg = segments[p];
-      CollectiveArgs ag;
-      ag.kind = ZRT_COLL_ALL_GATHER;
-      ag.sendbuf = param_ptr(param_shard_, seg.shard_offset);
-      ag.recvbuf = full_params_;
-      ag.count = seg.slice;
-      ag.dtype = pdt;
-      ag.purpose = Purpose::kUnit;
-      ag.purpose_id = -1;
-      ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
-                              .with_context("gathering the persistent parameters"));
-      ZRT_RETURN_IF_ERROR(persistent_event_->record(*ag_stream_));
-    }
+    return Status::ok();
   }
+  ops_->convert(ZRT_F32, master_, pdt, param_shard_, layout_.shard_numel());
+  const int p = layout_.persistent_segment();
+  if (p >= 0) {
+    const Segment& seg = segments[p];
+    CollectiveArgs ag;
+    ag.kind = ZRT_COLL_ALL_GATHER;
+    ag.sendbuf = param_ptr(param_shard_, seg.shard_offset);
+    ag.recvbuf = full_params_;
+    ag.count = seg.slice;
+    ag.dtype = pdt;
+    ag.purpose = Purpose::kUnit;
+    ag.purpose_id = -1;
+    ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
+                            .with_context("gathering the persistent parameters"));
+    ZRT_RETURN_IF_ERROR(persistent_event_->record(*ag_stream_));
+  }
+  return Status::ok();
+}
+
+// After restore_backup: the parameters this rank derives from its own master, as they were
+// before the step (the conversion is deterministic). Peers' slices are theirs to restore.
+void PartitionManager::rederive_params() {
+  // As in publish_params: device ops convert on the all-gather stream, after the gathers.
+  ScopedBind bound(*ops_);
+  static_cast<void>(bound.bind(ag_stream_));  // a failure is kept and reported by destroy
+  const zrt_dtype_t pdt = options_.param_dtype;
+  if (options_.stage == 0) {
+    ops_->convert(ZRT_F32, master_, pdt, full_params_, layout_.shard_numel());
+  } else if (options_.stage <= 2) {
+    const auto& segments = layout_.segments();
+    for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
+      const Segment& seg = segments[s];
+      char* owned =
+          param_ptr(full_params_, segment_start(s) + static_cast<size_t>(rank_) * seg.slice);
+      ops_->convert(ZRT_F32, master_ + seg.shard_offset, pdt, owned, seg.slice);
+    }
+  } else {
+    ops_->convert(ZRT_F32, master_, pdt, param_shard_, layout_.shard_numel());
+  }
+}
+
+namespace {
+
+// " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)"; the lowest failing rank's code in *first.
+std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first) {
+  std::string list;
+  for (size_t r = 0; r < codes.size(); ++r) {
+    if (codes[r] == ZRT_SUCCESS) continue;
+    const auto code = static_cast<zrt_status_t>(codes[r]);
+    if (list.empty()) *first = code;
+    list += fmt::format("{}{} ({})", list.empty() ? " " : ", ", r, zrt_status_string(code));
+  }
+  return list;
+}
+
+}  // namespace
+
+Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
+  ZRT_RETURN_IF_ERROR(check_finalized("step"));
+  const int64_t next = step_ + 1;
+  std::vector<int32_t> codes;
+
+  // A bad argument is this caller's bug alone: refused at once, like any argument check.
+  if (optimizer == nullptr) return Status::invalid_argument("optimizer is NULL");
+
+  // Phase 1: prepare, then vote. Nothing has been written yet, whatever fails.
+  const Status ready = check_step_ready();
+  const Status vote =
+      exchange_codes(ready.code(), "step: agreeing that every rank's reductions completed", &codes);
+  if (!ready.is_ok()) return ready;
+  if (!vote.is_ok()) {
+    return vote.with_context(
+        fmt::format("step {} (no optimizer ran here; master and state are unchanged)", next));
+  }
+  zrt_status_t first = ZRT_SUCCESS;
+  std::string failed = failed_ranks(codes, &first);
+  if (!failed.empty()) {
+    return Status::error(ZRT_REMOTE_ERROR,
+                         "step {}: rank(s){} failed before the optimizer (reductions or usage); "
+                         "no rank ran its optimizer, master and state are unchanged",
+                         next, failed);
+  }
+
+  // Phase 2: optimize, then vote.
+  const size_t count = layout_.shard_numel();
+  zrt_optimizer_args_t args{};
+  args.size = sizeof(args);
+  args.master = master_;
+  args.grad = optimizer_grad_ != nullptr
+                  ? optimizer_grad_
+                  : reinterpret_cast<const float*>(options_.stage == 0 ? full_grads_ : grad_shard_);
+  args.state = state_.data();
+  args.num_state = static_cast<int>(state_.size());
+  args.count = count;
+  args.pieces = pieces_.data();
+  args.num_pieces = pieces_.size();
+  args.step = next;
+  take_backup();
+  const zrt_status_t code = optimizer(&args, user_data);
+  const bool backed_up = backup_master_ != nullptr;
+  const char* undo = backed_up ? "master and optimizer state were restored"
+                               : "step_backup is 0: master and optimizer state are as the "
+                                 "callbacks left them, reload a checkpoint";
+  const Status voted =
+      exchange_codes(code, "step: agreeing that every rank's optimizer succeeded", &codes);
+  if (!voted.is_ok()) {
+    restore_backup();
+    return voted.with_context(fmt::format(
+        "step {} (this rank's optimizer returned {}; {} on this rank)", next,
+        zrt_status_string(code), backed_up ? "master and optimizer state were restored" : undo));
+  }
+  failed = failed_ranks(codes, &first);
+  if (!failed.empty()) {
+    restore_backup();
+    return Status::error(first,
+                         "step {}: the optimizer callback failed on rank(s){}; {} on every "
+                         "rank, parameters unchanged",
+                         next, failed, undo);
+  }
+
+  // Phase 3: publish. Every rank's optimizer succeeded.
+  const Status published = publish_params();
+  if (!published.is_ok()) {
+    if (!backed_up) {
+      return published.with_context(fmt::format(
+          "step {}: publishing the updated parameters (step_backup is 0: master and state hold "
+          "the update, reload a checkpoint)",
+          next));
+    }
+    restore_backup();
+    // Gathers enqueued before the failure may still read the owned slices being re-derived.
+    const Status drained = ag_stream_->synchronize();
+    rederive_params();
+    return published.with_context(fmt::format(
+        "step {}: publishing the updated parameters failed; master, state and this rank's "
+        "parameters were restored{}",
+        next, drained.is_ok() ? "" : " (the gather stream reported: " + drained.message() + ")"));
+  }
+  ++step_;
 
   // Clear the gradients for the next step (the reductions have all finished).
   if (full_grads_ != nullptr) ops_->zero(full_grads_, plan_.full_grads * g_size_);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <fstream>
 
@@ -66,6 +67,38 @@ TEST(PartitionConfig, JsonOverridesAndRefusesUnknownKeys) {
   status = partition_options_apply_json("{", "x.json", &options);
   EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
   EXPECT_EQ(options.stage, 3) << "a failed load leaves the options alone";
+}
+
+TEST(PartitionConfig, StepBackupDefaultsOnAndLoads) {
+  EXPECT_TRUE(PartitionOptions{}.step_backup);
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  EXPECT_EQ(config.step_backup, 1);
+  PartitionOptions options;
+  config.step_backup = 0;
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_FALSE(options.step_backup);
+  // The field is last: a caller compiled before it existed gets the default.
+  config.size = offsetof(zrt_partition_config_t, step_backup);
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_TRUE(options.step_backup);
+  config = ZRT_PARTITION_CONFIG_INIT;
+  config.step_backup = 7;
+  const Status bad = partition_options_from_config(&config, &options);
+  EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(bad.message().find("config.step_backup"), std::string::npos) << bad.message();
+  // JSON: bool or 0/1, and ranks that disagree on it disagree on the configuration.
+  PartitionOptions loaded;
+  ASSERT_TRUE(partition_options_apply_json(R"({"step_backup": false})", "t.json", &loaded).is_ok());
+  EXPECT_FALSE(loaded.step_backup);
+  EXPECT_NE(partition_options_hash(loaded, 1), partition_options_hash(PartitionOptions{}, 1));
+  ASSERT_TRUE(partition_options_apply_json(R"({"step_backup": 1})", "t.json", &loaded).is_ok());
+  EXPECT_TRUE(loaded.step_backup);
+  EXPECT_EQ(partition_options_apply_json(R"({"step_backup": 2})", "t.json", &loaded).code(),
+            ZRT_INVALID_ARGUMENT);
+  zrt_partition_config_t back = ZRT_PARTITION_CONFIG_INIT;
+  loaded.step_backup = false;
+  partition_options_to_config(loaded, &back);
+  EXPECT_EQ(back.step_backup, 0);
 }
 
 TEST(PartitionConfig, JsonFile) {

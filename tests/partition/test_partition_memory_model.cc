@@ -77,6 +77,27 @@ TEST(PartitionMemoryModel, GeneralisedToDtypesAndSlots) {
   EXPECT_EQ(f.grad_staging, 4096u * 2);  // reduced f32 shard is handed over as is
 }
 
+TEST(PartitionMemoryModel, StepBackupIsOneCopyOfMasterAndStateOutsideModelState) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  make_model(3, 4096, &units, &params);
+  for (int stage = 0; stage <= 3; ++stage) {
+    PartitionOptions o;
+    o.stage = stage;
+    o.optimizer_slots = 2;
+    MemoryFigures with, without;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &with).is_ok());
+    o.step_backup = false;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &without).is_ok());
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    EXPECT_EQ(with.step_backup, with.master + with.optimizer_state);
+    EXPECT_EQ(without.step_backup, 0u);
+    EXPECT_EQ(with.model_state, without.model_state);
+    EXPECT_DOUBLE_EQ(with.theoretical_model_state, without.theoretical_model_state);
+    EXPECT_EQ(with.total, without.total + with.step_backup);
+  }
+}
+
 TEST(PartitionMemoryModel, ConstantBuffersDoNotGrowWithTheModel) {
   for (int stage = 0; stage <= 3; ++stage) {
     PartitionOptions o;

@@ -91,6 +91,7 @@ void check_rank(int /*rank*/, int size) {
       EXPECT_EQ(measured.buckets, f.buckets);
       EXPECT_EQ(measured.gather_window, f.gather_window);
       EXPECT_EQ(measured.grad_staging, f.grad_staging);
+      EXPECT_EQ(measured.step_backup, f.step_backup);
       EXPECT_EQ(measured.model_state, f.model_state);
       EXPECT_EQ(measured.total, f.total);
       EXPECT_DOUBLE_EQ(measured.theoretical_model_state, f.theoretical_model_state);

@@ -66,6 +66,7 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   long long persistence = -1;
   TransformerShape shape;
   bool no_sync = false;
+  bool no_step_backup = false;
   int ranks = 0;
   app.add_option("--params", params, "trainable parameters: 7.5e9, 7.5B, 125M");
   app.add_option("--units", units, "units (layers) the --params are split into (default 32)")
@@ -102,6 +103,8 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   app.add_flag("--no-sync", no_sync,
                "stages 2/3: keep full local gradients for no-sync "
                "accumulation");
+  app.add_flag("--no-step-backup", no_step_backup,
+               "step_backup = 0: no master/state copy for rolling back a failed step");
   app.add_option("--gpu-memory,--device-memory", device,
                  "memory per device (80GB, 24GiB): flag the stages that fit");
   app.add_flag("--json", command->json, "print JSON instead of the table");
@@ -188,6 +191,7 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   if (persistence >= 0) o.persistence_threshold = static_cast<size_t>(persistence);
   if (alignment > 0) o.alignment = static_cast<size_t>(alignment);
   if (no_sync) o.no_sync_accumulation = true;
+  if (no_step_backup) o.step_backup = false;
   if (stage >= 0) req.stages = {stage};
   if (!device.empty()) {
     ZRT_RETURN_IF_ERROR(tools::parse_real_size(device, "--gpu-memory", &req.device_bytes));

@@ -75,6 +75,7 @@ std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   row("gather window (stage 3)",
       [](const MemoryFigures& f) { return gb(double(f.gather_window)); });
   row("gradient staging", [](const MemoryFigures& f) { return gb(double(f.grad_staging)); });
+  row("step backup (rollback)", [](const MemoryFigures& f) { return gb(double(f.step_backup)); });
   row("= zrt total", [](const MemoryFigures& f) { return gb(double(f.total)); });
   if (plan.has_activations) {
     const ActivationEstimate& a = plan.activations;
@@ -131,6 +132,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                    {"persistence_threshold", o.persistence_threshold},
                    {"alignment", o.alignment},
                    {"no_sync_accumulation", o.no_sync_accumulation},
+                   {"step_backup", o.step_backup},
                    {"device_bytes", request.device_bytes}};
   for (const StagePlan& sp : plan.stages) {
     const MemoryFigures& f = sp.figures;
@@ -144,6 +146,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                         {"buckets", f.buckets},
                         {"gather_window", f.gather_window},
                         {"grad_staging", f.grad_staging},
+                        {"step_backup", f.step_backup},
                         {"model_state", f.model_state},
                         {"total", f.total},
                         {"theoretical_model_state", f.theoretical_model_state},
