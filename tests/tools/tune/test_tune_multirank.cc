@@ -79,7 +79,7 @@ TEST_F(TuneMultirank, StageTwoBeatsTinyBucketsAndRerunAgrees) {
 
 TEST_F(TuneMultirank, StageThreeHonoursTheMemoryCap) {
   const std::string config = dir_ + "/zrt3.json", report = dir_ + "/report3.json";
-  CommandResult r = run_tune(2, {"--preset", "gpt2-tiny", "--stage", "3", "--mem-cap", "50MiB",
+  CommandResult r = run_tune(2, {"--preset", "gpt2-tiny", "--stage", "3", "--mem-cap", "61MiB",
                                  "-o", config, "--report", report});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   zrt_partition_config_t loaded = ZRT_PARTITION_CONFIG_INIT;
@@ -89,17 +89,17 @@ TEST_F(TuneMultirank, StageThreeHonoursTheMemoryCap) {
   const nlohmann::json& trials = rep["trials"];
   const int best = rep["recommended"].get<int>();
   ASSERT_GE(best, 0);
-  EXPECT_LE(trials[best]["memory_bytes"].get<double>(), 50.0 * (1 << 20));
+  EXPECT_LE(trials[best]["memory_bytes"].get<double>(), 61.0 * (1 << 20));
   EXPECT_EQ(trials[best]["prefetch_depth"].get<int>(), loaded.prefetch_depth);
   bool over_cap_seen = false;
   for (const auto& t : trials) {
     if (!t["fits"].get<bool>()) over_cap_seen = true;
     // Deeper prefetching holds more gather window.
     if (t["fits"].get<bool>()) {
-      EXPECT_LE(t["memory_bytes"].get<double>(), 50.0 * (1 << 20));
+      EXPECT_LE(t["memory_bytes"].get<double>(), 61.0 * (1 << 20));
     }
   }
-  EXPECT_TRUE(over_cap_seen) << r.out;  // depth 5 needs 60 MiB at 2 ranks
+  EXPECT_TRUE(over_cap_seen) << r.out;  // depth 5 needs 71 MiB at 2 ranks (10.6 of them the step backup)
 }
 
 TEST_F(TuneMultirank, NothingFitsExitsThree) {
