@@ -99,7 +99,7 @@ TEST_F(TuneMultirank, StageThreeHonoursTheMemoryCap) {
       EXPECT_LE(t["memory_bytes"].get<double>(), 61.0 * (1 << 20));
     }
   }
-  EXPECT_TRUE(over_cap_seen) << r.out;  // depth 5 needs 71 MiB at 2 ranks (10.6 of them the step backup)
+  EXPECT_TRUE(over_cap_seen) << r.out;  // depth 5: 71 MiB at 2 ranks (10.6 of it step backup)
 }
 
 TEST_F(TuneMultirank, NothingFitsExitsThree) {
