@@ -82,6 +82,7 @@ struct UcxOp {
   Status reason;
   bool posting = false;   // inside ucp_tag_recv_nbx: the poster deletes the op
   bool finished = false;  // the callback ran while posting
+  bool orphaned = false;  // the transport is being destroyed: its destructor deletes the op
 };
 
 struct PeerSlot {
@@ -369,6 +370,7 @@ void UcxTransport::complete(UcxOp* op, ucs_status_t status, size_t received) {
     op->finished = true;
     return;
   }
+  if (op->orphaned) return;  // ~UcxTransport owns it now (UCX may call back while it tears down)
   delete op;
 }
 
@@ -439,6 +441,9 @@ void UcxTransport::cancel_all(const Status& reason) {
     op->reason = reason;
   }
   for (UcxOp* op : ops) {
+    // A cancel can run callbacks that complete (and delete) other operations of the snapshot:
+    // only touch the ones still outstanding.
+    if (outstanding_.count(op) == 0) continue;
     if (op->is_recv) ucp_request_cancel(worker_->worker(), op->request);
   }
   // Sends cannot always be cancelled (UCX may be inside a protocol with the peer): give them a
@@ -579,6 +584,7 @@ UcxTransport::~UcxTransport() {
   }
   close_endpoints();
   std::vector<UcxOp*> leftovers(outstanding_.begin(), outstanding_.end());
+  for (UcxOp* op : leftovers) op->orphaned = true;
   outstanding_.clear();
   memory_.reset();  // unmap before the context goes
   worker_.reset();
