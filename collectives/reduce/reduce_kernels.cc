@@ -2,6 +2,10 @@
 // before any kernel runs, so a bad call logs a message and leaves out untouched.
 #include "collectives/reduce/reduce_kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -66,6 +70,15 @@ const char* variant_name(Variant variant) {
   return "?";
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// F16C from cpuid leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 29)) != 0;
+}
+#endif
+
 bool variant_supported(Variant variant) {
   switch (variant) {
     case Variant::kGeneric:
@@ -73,8 +86,7 @@ bool variant_supported(Variant variant) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case Variant::kAvx2:
       __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Variant::kAvx512:
       return variant_supported(Variant::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
