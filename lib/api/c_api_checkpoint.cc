@@ -3,27 +3,14 @@
 #include <string>
 
 #include "lib/api/api_common.h"
+#include "lib/api/partition_handle.h"
 #include "lib/checkpoint/checkpoint.h"
 #include "lib/partition/partition_manager.h"
-
-// The partition handle as c_api_partition.cc defines it (identical definition, as the one
-// definition rule requires; it belongs in handles.h once the partition API moves it there).
-inline constexpr uint32_t kPartitionMagic = 0x7a725041;
-
-struct zrt_partition {
-  uint32_t magic = kPartitionMagic;
-  zrt_comm* comm = nullptr;
-  std::unique_ptr<zrt::PartitionManager> impl;
-};
 
 namespace {
 
 zrt::Status check_partition(const zrt_partition* pm) {
-  if (pm == nullptr) return zrt::Status::invalid_argument("pm is NULL");
-  if (pm->magic != kPartitionMagic || pm->impl == nullptr) {
-    return zrt::Status::invalid_argument("pm is not a live zrt_partition_t");
-  }
-  return zrt::Status::ok();
+  return zrt::api::check_partition_handle(pm);
 }
 
 zrt::Status check_path(const char* path, const char* arg) {

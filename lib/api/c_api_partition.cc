@@ -6,26 +6,15 @@
 #include <string>
 
 #include "lib/api/api_common.h"
+#include "lib/api/partition_handle.h"
 #include "lib/partition/config.h"
 #include "lib/partition/memory_model.h"
 #include "lib/partition/partition_manager.h"
 
-inline constexpr uint32_t kPartitionMagic = 0x7a725041;
-
-struct zrt_partition {
-  uint32_t magic = kPartitionMagic;
-  zrt_comm* comm = nullptr;
-  std::unique_ptr<zrt::PartitionManager> impl;
-};
-
 namespace {
 
 zrt::Status check_pm(const zrt_partition* pm) {
-  if (pm == nullptr) return zrt::Status::invalid_argument("pm is NULL");
-  if (pm->magic != kPartitionMagic || pm->impl == nullptr) {
-    return zrt::Status::invalid_argument("pm is not a live zrt_partition_t");
-  }
-  return zrt::Status::ok();
+  return zrt::api::check_partition_handle(pm);
 }
 
 // Output structs carry their size; the caller's must hold at least the first field after it.
@@ -67,8 +56,9 @@ zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t*
     // device fails every rank with the CUDA runtime's reason), not halfway through finalize.
     std::shared_ptr<zrt::DeviceContext> device;
     if (options.mem_kind == ZRT_MEM_CUDA) {
-      ZRT_RETURN_IF_ERROR(zrt::api::device_context_for(comm, &device).with_context(
-          "config.mem_kind = ZRT_MEM_CUDA: partition buffers in device memory"));
+      ZRT_RETURN_IF_ERROR(
+          zrt::api::device_context_for(comm, &device)
+              .with_context("config.mem_kind = ZRT_MEM_CUDA: partition buffers in device memory"));
     } else if (options.mem_kind != ZRT_MEM_HOST) {
       return zrt::Status(ZRT_UNSUPPORTED,
                          "config.mem_kind: only ZRT_MEM_HOST and ZRT_MEM_CUDA are supported");
