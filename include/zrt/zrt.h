@@ -271,6 +271,13 @@ ZRT_API zrt_status_t zrt_event_synchronize(zrt_event_t event);
  * count, dtype, op and root. Results are bitwise identical on all ranks and from run to run for
  * a given size and algorithm (the reduction order is fixed; see README "Determinism").
  * The algorithm is chosen by size and rank count; ZRT_ALGO=ring|rd|direct overrides it.
+ * Collective-order checker: with ZRT_CHECK=1 (the default in builds without NDEBUG, i.e. the
+ * debug and debugoptimized buildtypes; ZRT_CHECK=0 turns it off) every collective first
+ * exchanges a 40-byte fingerprint (stream, sequence number, kind, count, dtype, op, root, and the
+ * partition unit or bucket it serves) with its peers. A mismatch fails the collective on every
+ * rank with ZRT_INVALID_USAGE and a message naming both calls ("rank 1 called all_gather(unit 2,
+ * ...) where rank 0 called ..."); a rank that falls behind is named in the timeout message.
+ * Fingerprint bytes are not counted in zrt_comm_stats.
  * Errors (at enqueue): ZRT_INVALID_ARGUMENT (NULL comm, NULL buffer with count > 0, unknown
  * dtype/op, root >= size, a stream or op of another communicator, bad overlap).
  * Errors (at completion, reported by the stream): ZRT_REMOTE_ERROR, ZRT_TIMEOUT.
@@ -304,6 +311,9 @@ ZRT_API zrt_status_t zrt_recv(zrt_comm_t comm, void* recvbuf, size_t count, zrt_
 /* Creates a reduction that multiplies each rank's input by `scalar`, then sums (gradient
  * averaging by 1/N or unscaling by a loss scale in one pass). Floating dtypes only. The op is
  * valid on comm until zrt_op_destroy or zrt_comm_destroy. Local. */
+/* Like NCCL's ncclRedOp_t, a created op is a number that only means something on its own
+ * communicator: two communicators may hand out the same value, so pass an op only to the
+ * communicator that created it (zrt cannot tell another communicator's op from its own). */
 ZRT_API zrt_status_t zrt_op_create_premul_sum(zrt_comm_t comm, double scalar, zrt_op_t* op);
 ZRT_API zrt_status_t zrt_op_destroy(zrt_comm_t comm, zrt_op_t op);
 
