@@ -86,8 +86,7 @@ std::string human_bytes(double bytes) {
 // beside 2P(N-1)/N or 3P(N-1)/N, and the loss trend. Returns the exit status.
 int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_stream_t stream,
            zrt_partition_t pm, int rank, int size, size_t parameters,
-           const std::vector<double>& losses, double seconds, const Model& model,
-           int first_step) {
+           const std::vector<double>& losses, double seconds, const Model& model, int first_step) {
   zrt_partition_memory_t memory;
   memory.size = sizeof(memory);
   CHECK_ZRT(zrt_partition_memory(pm, &memory));
@@ -117,6 +116,10 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
     const double share = (n - 1) / n;
     const double micro = options.micro_batches;
     const double syncs = options.no_sync ? 1 : micro;
+    // Stage 0 all-reduces the gradients of every synchronised micro-batch (a reduce-scatter
+    // plus an all-gather of reduce_dtype); stages 1/2 reduce-scatter them and gather the updated
+    // parameters once per step.
+    if (options.stage == 0) return share * p * 2 * reduce_bytes * syncs;
     if (options.stage <= 2) return share * p * (syncs * reduce_bytes + param_bytes);
     return share * (p * (2 * micro * param_bytes + syncs * reduce_bytes) +
                     recomputed * micro * param_bytes);
@@ -131,8 +134,11 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   const double traffic_formula = traffic_for(static_cast<double>(parameters), recomputed);
   const double traffic_padded =
       traffic_for(static_cast<double>(memory.padded_parameters), recomputed * padding);
-  // At stage 0 the clipping norm's all-reduce (16 bytes) shares the all-reduce counter.
-  const double slack = options.stage == 0 && options.clip > 0 ? 64.0 * size : 0.5;
+  // Stage 0's all-reduce picks its algorithm by size: a small bucket may go by direct exchange,
+  // which sends a bucket to each of the N-1 peers instead of the ring's 2(N-1)/N, so the ring
+  // figure is a lower bound there and N/2 times it the upper bound. (The clipping norm's
+  // 16-byte all-reduce also shares that counter.) Stages 1-3 must match exactly.
+  const double slack = options.stage == 0 ? traffic_padded * (n / 2 - 1) + 64.0 * size : 0.5;
   const bool traffic_ok = size == 1 ? bytes_per_step == 0
                                     : bytes_per_step + 0.5 >= traffic_formula &&
                                           bytes_per_step <= traffic_padded + slack;
