@@ -503,53 +503,8 @@ Status PartitionManager::restore_checkpoint(const float* master,
   order_pos_ = 0;
   last_fetched_ = -1;
   direction_ = 1;
-  // Publish master as the step does (partition_step.cc).
-  ScopedBind bound(*ops_);
-  ZRT_RETURN_IF_ERROR(bound.bind(ag_stream_));
-  const auto& segments = layout_.segments();
-  if (options_.stage == 0) {
-    ops_->convert(ZRT_F32, master_, pdt, full_params_, count);
-    return Status::ok();
-  }
-  if (options_.stage <= 2) {
-    for (int s = static_cast<int>(segments.size()) - 1; s >= 0; --s) {
-      const Segment& seg = segments[s];
-      char* full = param_ptr(full_params_, segment_start(s));
-      char* owned = param_ptr(full, static_cast<size_t>(rank_) * seg.slice);
-      ops_->convert(ZRT_F32, master_ + seg.shard_offset, pdt, owned, seg.slice);
-      if (size_ > 1) {
-        CollectiveArgs ag;
-        ag.kind = ZRT_COLL_ALL_GATHER;
-        ag.sendbuf = owned;
-        ag.recvbuf = full;
-        ag.count = seg.slice;
-        ag.dtype = pdt;
-        ag.purpose = Purpose::kBucket;
-        ag.purpose_id = s;
-        ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
-                                .with_context(fmt::format("gathering bucket {}", s)));
-        ZRT_RETURN_IF_ERROR(segment_events_[s]->record(*ag_stream_));
-      }
-    }
-    return Status::ok();
-  }
-  ops_->convert(ZRT_F32, master_, pdt, param_shard_, count);
-  const int p = layout_.persistent_segment();
-  if (p >= 0) {
-    const Segment& seg = segments[p];
-    CollectiveArgs ag;
-    ag.kind = ZRT_COLL_ALL_GATHER;
-    ag.sendbuf = param_ptr(param_shard_, seg.shard_offset);
-    ag.recvbuf = full_params_;
-    ag.count = seg.slice;
-    ag.dtype = pdt;
-    ag.purpose = Purpose::kUnit;
-    ag.purpose_id = -1;
-    ZRT_RETURN_IF_ERROR(enqueue_collective(*ag_stream_, rank_, size_, ag)
-                            .with_context("gathering the persistent parameters"));
-    ZRT_RETURN_IF_ERROR(persistent_event_->record(*ag_stream_));
-  }
-  return Status::ok();
+  // Publish master as a step does.
+  return publish_params();
 }
 
 }  // namespace zrt
