@@ -133,6 +133,8 @@ class UcxTransport final : public Transport {
  private:
   Status check_post(const char* what, int peer, uint64_t tag, const void* buffer, size_t bytes,
                     TransportCompletion* completion) const;
+  UcxOp* begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv,
+                  TransportCompletion* completion);
   void fail_failed_peers_receives();
   bool farewell();
   void close_endpoints();
@@ -266,21 +268,31 @@ Status UcxTransport::check_post(const char* what, int peer, uint64_t tag, const 
   return Status::ok();
 }
 
-Status UcxTransport::send(int peer, uint64_t tag, const void* buffer, size_t bytes,
-                          TransportCompletion* completion) {
-  ZRT_RETURN_IF_ERROR(check_post("send", peer, tag, buffer, bytes, completion));
+// Resets the completion and, unless the peer is known dead (then the completion carries that
+// failure and the result is null), makes the record that UCX's callback will complete.
+UcxOp* UcxTransport::begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv,
+                              TransportCompletion* completion) {
   *completion = TransportCompletion{};
   if (!peer_failed_[peer].is_ok()) {
     completion->status = peer_failed_[peer];
     completion->done = true;
-    return Status::ok();
+    return nullptr;
   }
   auto* op = new UcxOp{};
   op->transport = this;
   op->completion = completion;
   op->peer = peer;
+  op->is_recv = is_recv;
   op->bytes = bytes;
   op->tag = tag;
+  return op;
+}
+
+Status UcxTransport::send(int peer, uint64_t tag, const void* buffer, size_t bytes,
+                          TransportCompletion* completion) {
+  ZRT_RETURN_IF_ERROR(check_post("send", peer, tag, buffer, bytes, completion));
+  UcxOp* op = begin_op(peer, tag, bytes, /*is_recv=*/false, completion);
+  if (op == nullptr) return Status::ok();
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = send_callback;
@@ -299,19 +311,8 @@ Status UcxTransport::send(int peer, uint64_t tag, const void* buffer, size_t byt
 Status UcxTransport::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
                           TransportCompletion* completion) {
   ZRT_RETURN_IF_ERROR(check_post("recv", peer, tag, buffer, bytes, completion));
-  *completion = TransportCompletion{};
-  if (!peer_failed_[peer].is_ok()) {
-    completion->status = peer_failed_[peer];
-    completion->done = true;
-    return Status::ok();
-  }
-  auto* op = new UcxOp{};
-  op->transport = this;
-  op->completion = completion;
-  op->peer = peer;
-  op->is_recv = true;
-  op->bytes = bytes;
-  op->tag = tag;
+  UcxOp* op = begin_op(peer, tag, bytes, /*is_recv=*/true, completion);
+  if (op == nullptr) return Status::ok();
   // No immediate completion: UCX 1.13 reports length 0 in recv_info when a receive matches an
   // already-arrived eager message, so always take the callback, which carries the true length.
   ucp_request_param_t param{};
