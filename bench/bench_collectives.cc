@@ -7,7 +7,11 @@
 // buffer) it prints the time per call and nccl-tests' bus bandwidth: algbw = S / t; busbw =
 // algbw * (N-1)/N for reduce_scatter and all_gather, * 2(N-1)/N for all_reduce. "vs memcpy" is
 // busbw over the memcpy rate of S bytes (one thread, pre-touched buffers), measured by rank 0
-// while the other ranks wait. Buffers are allocated and touched once, before timing.
+// while the other ranks wait; "vs memcpyN" over the rate rank 0 gets while every rank copies S
+// bytes at once, which is what the ranks of a collective share: on a machine whose memory
+// bandwidth one core nearly saturates, memcpyN is about half of memcpy at N = 2. Buffers are
+// allocated and touched once, before timing. ZRT_WINDOWS=0 runs the tagged-message rings
+// instead of the window rings (collectives/ring_window.h), for comparison.
 //
 // "check" measures the collective-order checker instead, side by side in one run: every rank
 // opens two communicators over the same ranks (own transport and engine each), one with the
@@ -119,6 +123,10 @@ void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) 
   engine_options.rank = rank;
   engine_options.size = size;
   engine_options.check_order = check_order;
+  // All ranks are forked on this host: windows as a communicator would choose them, unless
+  // ZRT_WINDOWS=0 asks for the tagged-message path (for comparison).
+  const char* windows = std::getenv("ZRT_WINDOWS");
+  engine_options.peer_windows = size > 1 && (windows == nullptr || std::strcmp(windows, "0") != 0);
   check(zrt::create_progress_engine(*endpoint->transport, engine_options, &endpoint->engine),
         "engine");
   check(endpoint->engine->create_stream(ZRT_MEM_HOST, &endpoint->stream), "stream");
@@ -221,17 +229,21 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
     check(stream->synchronize(), "barrier");
   };
   if (rank == 0) {
-    std::printf("%-22s %10s %10s %10s %12s %10s\n", "collective", "MiB", "time_us", "busbw",
-                "memcpy_GB/s", "vs_memcpy");
+    std::printf("%-22s %6s %10s %8s %12s %10s %12s %10s\n", "collective", "MiB", "time_us", "busbw",
+                "memcpy_GB/s", "vs_memcpy", "memcpyN_GB/s", "vs_memcpyN");
   }
   for (size_t mib = 1; mib <= max_mib; mib *= 4) {
     const size_t bytes = mib << 20;
     const size_t elements = bytes / sizeof(float);
     // memcpy first, then one untimed pass over every variant, so that no variant pays for
     // waking the other rank from its wait at the barrier.
-    double memcpy_rate = 0;
+    // memcpy_rate: rank 0 alone (the yardstick); concurrent_rate: every rank at once,
+    // as in a collective, where the ranks share the memory system (rank 0's rate).
+    double memcpy_rate = 0, concurrent_rate = 0;
     barrier();
     if (rank == 0) memcpy_rate = memcpy_gbps(bytes);
+    barrier();
+    concurrent_rate = memcpy_gbps(bytes);
     barrier();
     struct Variant {
       const char* name;
@@ -282,7 +294,7 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
           continue;
         }
         barrier();
-        int iterations = std::max(3, static_cast<int>(256 / mib));
+        int iterations = std::max(10, static_cast<int>(256 / mib));
         const auto start = Clock::now();
         for (int i = 0; i < iterations; ++i) {
           check(zrt::enqueue_collective(*stream, rank, size, args), variant.name);
@@ -292,8 +304,9 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
         const double per_call = seconds / iterations;
         const double busbw = static_cast<double>(bytes) / per_call / 1e9 * variant.factor;
         if (rank == 0) {
-          std::printf("%-22s %10zu %10.1f %10.2f %12.2f %9.0f%%\n", variant.name, mib,
-                      per_call * 1e6, busbw, memcpy_rate, 100.0 * busbw / memcpy_rate);
+          std::printf("%-22s %6zu %10.1f %8.2f %12.2f %9.0f%% %12.2f %9.0f%%\n", variant.name, mib,
+                      per_call * 1e6, busbw, memcpy_rate, 100.0 * busbw / memcpy_rate,
+                      concurrent_rate, 100.0 * busbw / concurrent_rate);
           std::fflush(stdout);
         }
       }

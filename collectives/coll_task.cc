@@ -72,7 +72,7 @@ std::string CollTask::waiting_on() const {
 }
 
 Status CollTask::post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
-                           size_t bytes, PostedOp* op) {
+                           size_t bytes, PostedOp* op, bool data) {
   op->completion = TransportCompletion{};
   op->posted = true;
   Status status = context.transport.send(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
@@ -81,7 +81,7 @@ Status CollTask::post_send(TaskContext& context, int peer, uint32_t tag, const v
     op->posted = false;
     return status.with_context(fmt::format("send of {} bytes to rank {}", bytes, peer));
   }
-  if (peer != context.rank) bytes_sent_ += bytes;
+  if (data && peer != context.rank) bytes_sent_ += bytes;
   return Status::ok();
 }
 
@@ -119,13 +119,14 @@ Status CollTask::collect(PostedOp* op, int peer, bool is_send, size_t expected_b
 }
 
 void reduce_chunk(const ReduceSpec& spec, const void* a, double a_scale, const void* b,
-                  double b_scale, void* out, size_t count) {
+                  double b_scale, void* out, size_t count, bool final) {
   if (count == 0) return;
   if (spec.op != ReduceOp::kSum) {
     a_scale = 1.0;
     b_scale = 1.0;
   }
-  reduce_elements(spec.dtype, spec.op, a, b, out, count, a_scale, b_scale);
+  reduce_elements(spec.dtype, spec.op, a, b, out, count, a_scale, b_scale,
+                  final && spec.stream_output);
 }
 
 void copy_scaled(const ReduceSpec& spec, const void* in, void* out, size_t count) {

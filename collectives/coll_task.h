@@ -6,6 +6,7 @@
 // (order_check.h) when the engine asks for it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,12 @@ struct ReduceSpec {
   size_t element_size = 4;
   ReduceOp op = ReduceOp::kSum;
   double scale = 1.0;
+  // The collective's result is larger than the caches (kStreamOutputMinBytes): its final
+  // reductions write the user's output with non-temporal stores (reduce_elements).
+  bool stream_output = false;
 };
+
+inline constexpr size_t kStreamOutputMinBytes = size_t{16} << 20;
 
 // N blocks of a buffer as even as possible: block b has base + (b < extra) elements.
 struct BlockLayout {
@@ -48,6 +54,13 @@ struct BlockLayout {
   }
   size_t length(int block) const { return base + (static_cast<size_t>(block) < extra ? 1 : 0); }
   size_t max_length() const { return base + (extra > 0 ? 1 : 0); }
+  // Elements of chunk `chunk` of `block` when blocks are cut into chunks of chunk_elems (the
+  // last chunks of a shorter block may be empty).
+  size_t chunk_length(int block, size_t chunk, size_t chunk_elems) const {
+    const size_t begin = chunk * chunk_elems;
+    const size_t block_length = length(block);
+    return begin >= block_length ? 0 : std::min(chunk_elems, block_length - begin);
+  }
 };
 
 class Phase {
@@ -90,8 +103,10 @@ class CollTask final : public Task {
   bool ready_for_next() const override { return check_.active() && phases_started_; }
 
   // For phases.
+  // `data` false: a control message (window notifications and handshake), not counted in
+  // bytes_sent, as UCX's own rendezvous messages are not on the tagged path.
   Status post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer, size_t bytes,
-                   PostedOp* op);
+                   PostedOp* op, bool data = true);
   Status post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
                    PostedOp* op);
   // The error of a finished op (naming the peer), else ok; counts received bytes once.
@@ -99,6 +114,8 @@ class CollTask final : public Task {
   void advanced() { ++marker_; }
   void note_waiting(int peer) { waiting_peer_ = peer; }
   void add_received(uint64_t bytes) { bytes_received_ += bytes; }
+  // Bytes a phase moved to a peer by plain stores into its mapped memory (ring_window.h).
+  void add_sent(uint64_t bytes) { bytes_sent_ += bytes; }
 
  private:
   zrt_coll_kind_t kind_;
@@ -122,9 +139,10 @@ class CollTask final : public Task {
   Status run_phases(TaskContext& context, bool* done);
 };
 
-// Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0.
+// Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0. `final`: out
+// is the user's output (streamed when spec.stream_output), not staging another step reads.
 void reduce_chunk(const ReduceSpec& spec, const void* a, double a_scale, const void* b,
-                  double b_scale, void* out, size_t count);
+                  double b_scale, void* out, size_t count, bool final = false);
 // out = scale * in (a copy when scale is 1 or the op is not a sum); count may be 0.
 void copy_scaled(const ReduceSpec& spec, const void* in, void* out, size_t count);
 

@@ -17,6 +17,8 @@
 #include "collectives/reduce_chain.h"
 #include "collectives/ring_all_gather.h"
 #include "collectives/ring_reduce_scatter.h"
+#include "collectives/window_all_gather.h"
+#include "collectives/window_reduce_scatter.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "lib/engine/engine.h"
@@ -140,6 +142,9 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   spec.dtype = args.dtype;
   spec.element_size = esize;
   if (reduces) ZRT_RETURN_IF_ERROR(reduce_spec(args, size, name, &spec));
+  // The reduce-scatter's output (count elements); for the ring all-reduce, its own block.
+  spec.stream_output =
+      args.count * esize >= kStreamOutputMinBytes * (args.kind == ZRT_COLL_ALL_REDUCE ? n : 1);
 
   // Which buffers this rank reads and writes, and their sizes.
   size_t send_bytes = 0, recv_bytes = 0;
@@ -243,6 +248,9 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     return stream.enqueue(std::move(task));
   }
 
+  // Ring reduce-scatter and all-gather write into the neighbour's mapped inbox when every rank
+  // is on this host (EngineOptions::peer_windows), else send tagged messages.
+  const bool windows = stream.engine().options().peer_windows;
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
       AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
@@ -263,19 +271,36 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       } else {
         BlockLayout layout{args.count / n, args.count % n};
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
-        task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
-        const uint32_t after = RingReduceScatter::units(layout, size, esize);
-        task->add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
+        if (windows) {
+          task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
+          const uint32_t after = WindowReduceScatter::units(
+              layout, size, esize, stream.engine().options().window_slot_bytes);
+          task->add_phase(std::make_unique<WindowAllGather>(own, recv, layout, esize, after));
+        } else {
+          task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
+          const uint32_t after = RingReduceScatter::units(layout, size, esize);
+          task->add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
+        }
       }
       break;
     }
     case ZRT_COLL_REDUCE_SCATTER:
-      task->add_phase(
-          std::make_unique<RingReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
+      if (windows) {
+        task->add_phase(
+            std::make_unique<WindowReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
+      } else {
+        task->add_phase(
+            std::make_unique<RingReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
+      }
       break;
     case ZRT_COLL_ALL_GATHER:
-      task->add_phase(
-          std::make_unique<RingAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
+      if (windows) {
+        task->add_phase(
+            std::make_unique<WindowAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
+      } else {
+        task->add_phase(
+            std::make_unique<RingAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
+      }
       break;
     case ZRT_COLL_BROADCAST:
       task->add_phase(std::make_unique<BroadcastChain>(send, recv, bytes, args.root));

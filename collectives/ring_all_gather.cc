@@ -6,10 +6,7 @@
 namespace zrt {
 
 size_t RingAllGather::chunk_count(int block, size_t chunk) const {
-  const size_t length = layout_.length(block);
-  const size_t begin = chunk * chunk_elems_;
-  if (begin >= length) return 0;
-  return std::min(chunk_elems_, length - begin);
+  return layout_.chunk_length(block, chunk, chunk_elems_);
 }
 
 char* RingAllGather::output_chunk(int block, size_t chunk) const {

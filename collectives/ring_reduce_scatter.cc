@@ -19,10 +19,7 @@ uint32_t RingReduceScatter::units(const BlockLayout& layout, int size, size_t el
 }
 
 size_t RingReduceScatter::chunk_count(int block, size_t chunk) const {
-  const size_t length = layout_.length(block);
-  const size_t begin = chunk * chunk_elems_;
-  if (begin >= length) return 0;
-  return std::min(chunk_elems_, length - begin);
+  return layout_.chunk_length(block, chunk, chunk_elems_);
 }
 
 const char* RingReduceScatter::input_chunk(int block, size_t chunk) const {
@@ -94,7 +91,7 @@ Status RingReduceScatter::progress(TaskContext& context, CollTask& task, bool* d
           char* out =
               last ? output_ + chunk * chunk_elems_ * spec_.element_size : send_slots_[send_slot];
           reduce_chunk(spec_, recv_slots_[slot], step == 0 ? spec_.scale : 1.0,
-                       input_chunk(block, chunk), spec_.scale, out, count);
+                       input_chunk(block, chunk), spec_.scale, out, count, last);
           if (!last) {
             ZRT_RETURN_IF_ERROR(task.post_send(
                 context, right_, tag_offset_ + static_cast<uint32_t>(next_reduce_ + 1), out,

@@ -194,12 +194,14 @@ Status check_convert_args(zrt_dtype_t from, zrt_dtype_t to) {
 }
 
 void reduce_elements(zrt_dtype_t dtype, ReduceOp op, const void* a, const void* b, void* out,
-                     size_t count, double a_scale, double b_scale) {
+                     size_t count, double a_scale, double b_scale, bool stream_output) {
   Status status = check_reduce_args(dtype, op, a_scale, b_scale);
   if (status.is_ok()) status = check_buffers("reduce_elements", count, {a, b, out});
   if (!status.is_ok()) return log_refusal(status);
+  reduce_internal::KernelOptions options;
+  if (stream_output) options.stream_min_bytes = 0;
   reduce_internal::active_kernel_table().reduce(dtype, op, a, b, out, count, a_scale, b_scale,
-                                                reduce_internal::KernelOptions{});
+                                                options);
 }
 
 void scale_elements(zrt_dtype_t dtype, const void* in, void* out, size_t count, double factor) {

@@ -34,8 +34,12 @@ enum class ReduceOp { kSum, kProd, kMin, kMax };
 // out[i] = a_scale * a[i] + b_scale * b[i] (scales of 1.0 cost nothing extra; they carry ZRT_AVG
 // as 1/N and pre-multiplied sums). Scales must be 1.0 for integer dtypes and for other ops.
 // out may be exactly a or exactly b (in place); any other overlap is undefined.
+// stream_output: write out with non-temporal stores whatever count is (unless out is a or b),
+// for a caller that writes a large result a piece at a time: each piece is small, the whole is
+// larger than the caches, and streaming saves the read-for-ownership of every output line.
 void reduce_elements(zrt_dtype_t dtype, ReduceOp op, const void* a, const void* b, void* out,
-                     size_t count, double a_scale = 1.0, double b_scale = 1.0);
+                     size_t count, double a_scale = 1.0, double b_scale = 1.0,
+                     bool stream_output = false);
 
 // out[i] = factor * in[i] (floating dtypes); out may be exactly in.
 void scale_elements(zrt_dtype_t dtype, const void* in, void* out, size_t count, double factor);

@@ -271,6 +271,12 @@ ZRT_API zrt_status_t zrt_event_synchronize(zrt_event_t event);
  * count, dtype, op and root. Results are bitwise identical on all ranks and from run to run for
  * a given size and algorithm (the reduction order is fixed; see README "Determinism").
  * The algorithm is chosen by size and rank count; ZRT_ALGO=ring|rd|direct overrides it.
+ * When every rank of the communicator is on one host, the rings of reduce-scatter, all-gather
+ * and large all-reduce move data by plain stores into the next rank's mapped staging (UCX
+ * shared memory) with small notifications; otherwise by tagged messages. Results are the same
+ * bits either way. ZRT_WINDOWS=0 forces the messages; ZRT_WINDOW_SLOTS (2-16, default 8) and
+ * ZRT_WINDOW_SLOT_KIB (4-16384, default 256) size the staging, which every stream of the
+ * communicator holds once it communicates (slots x KiB, registered and touched at first use).
  * Collective-order checker: with ZRT_CHECK=1 (the default in builds without NDEBUG, i.e. the
  * debug and debugoptimized buildtypes; ZRT_CHECK=0 turns it off) every collective first
  * exchanges a 40-byte fingerprint (stream, sequence number, kind, count, dtype, op, root, and the

@@ -33,6 +33,18 @@ Status timeout_from_env(int64_t* timeout_ms) {
   return Status::ok();
 }
 
+Status windows_from_env(bool* windows) {
+  const char* value = std::getenv("ZRT_WINDOWS");
+  if (value == nullptr || *value == '\0' || std::string(value) == "1") {
+    *windows = true;
+  } else if (std::string(value) == "0") {
+    *windows = false;
+  } else {
+    return Status::invalid_argument("ZRT_WINDOWS='{}': expected 0 or 1", value);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* options) {
@@ -74,6 +86,7 @@ Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* option
   }
   if (timeout_ms == 0) ZRT_RETURN_IF_ERROR(timeout_from_env(&timeout_ms));
   resolved.timeout_ms = timeout_ms;
+  ZRT_RETURN_IF_ERROR(windows_from_env(&resolved.windows));
   *options = std::move(resolved);
   return Status::ok();
 }

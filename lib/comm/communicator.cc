@@ -61,6 +61,8 @@ Status Communicator::start_engine() {
   engine_options.rank = rank_;
   engine_options.size = size_;
   engine_options.timeout_ms = options_.timeout_ms;
+  // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
+  engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
   return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);
 }

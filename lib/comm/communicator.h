@@ -18,10 +18,14 @@ namespace zrt {
 struct CommOptions {
   int64_t timeout_ms = 60000;
   std::string name = "zrt";
+  // Peer windows for ring reduce-scatter / all-gather when every rank is on this host
+  // (EngineOptions::peer_windows); ZRT_WINDOWS=0 turns them off, for comparison or for hosts
+  // whose processes cannot share memory (separate IPC namespaces).
+  bool windows = true;
 };
 
-// Resolves a caller's config (may be null) and the environment (ZRT_TIMEOUT, seconds) into
-// options. Errors name the bad field.
+// Resolves a caller's config (may be null) and the environment (ZRT_TIMEOUT, seconds;
+// ZRT_WINDOWS, 0 or 1) into options. Errors name the bad field or variable.
 Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* options);
 
 class Communicator {

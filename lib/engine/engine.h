@@ -72,7 +72,21 @@ struct EngineOptions {
   // debug and debugoptimized buildtypes, the project's default) and off in release builds.
   // create_progress_engine resolves it: options().check_order is then 0 or 1.
   int check_order = -1;
+  // Ring reduce-scatter and all-gather write straight into the right neighbour's mapped inbox
+  // (collectives/ring_window.h) instead of sending tagged messages. Only when every rank of the
+  // communicator is on this host (the communicator decides; ZRT_WINDOWS=0 turns it off).
+  bool peer_windows = false;
+  // The inbox geometry: window_slots slots (2 to kWindowMaxSlots) of window_slot_bytes (a
+  // multiple of 4 KiB from kWindowMinSlotBytes to kWindowMaxSlotBytes; stream_resources.h).
+  // -1 / 0: from ZRT_WINDOW_SLOTS / ZRT_WINDOW_SLOT_KIB in the environment, else the defaults
+  // kWindowSlots / kWindowSlotBytes. create_progress_engine resolves them.
+  int window_slots = -1;
+  size_t window_slot_bytes = 0;
 };
+
+// Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of
+// range (given or from the environment) are ZRT_INVALID_ARGUMENT naming them.
+Status resolve_window_geometry(EngineOptions* options);
 
 // Resolves EngineOptions::check_order -1 as described there; other values pass through. An
 // unknown ZRT_CHECK value is ZRT_INVALID_ARGUMENT naming it.

@@ -226,12 +226,20 @@ Status EngineImpl::start_task(StreamImpl& stream) {
       stream.sequence_ = resources.collective_seq++;
       stream.tag_base_ = make_tag_base(false, stream.index(), stream.sequence_);
       if (resources.scratch == nullptr) {
+        const bool windows = options_.peer_windows && options_.size > 1;
+        const size_t inbox_bytes =
+            static_cast<size_t>(options_.window_slots) * options_.window_slot_bytes;
+        const size_t bytes = kStreamScratchBytes + (windows ? inbox_bytes : 0);
         void* scratch = nullptr;
         ZRT_RETURN_IF_ERROR(
-            transport_.alloc_registered(kStreamScratchBytes, &scratch)
+            transport_.alloc_registered(bytes, &scratch)
                 .with_context("staging memory of stream " + std::to_string(stream.index())));
         resources.scratch = scratch;
         resources.scratch_bytes = kStreamScratchBytes;
+        resources.windows = windows;
+        resources.window_slots = options_.window_slots;
+        resources.window_slot_bytes = options_.window_slot_bytes;
+        resources.inbox = windows ? static_cast<char*>(scratch) + kStreamScratchBytes : nullptr;
       }
     }
   }
@@ -290,6 +298,12 @@ void EngineImpl::finish_task(StreamImpl& stream) {
 }
 
 void EngineImpl::release_resources(StreamImpl& stream) {
+  if (stream.resources_.right_inbox != nullptr) {
+    transport_.unmap_peer_registered(stream.resources_.right_inbox);
+    stream.resources_.right_inbox = nullptr;
+  }
+  stream.resources_.inbox = nullptr;
+  stream.resources_.windows = false;
   if (stream.resources_.scratch != nullptr) {
     transport_.free_registered(stream.resources_.scratch);
     stream.resources_.scratch = nullptr;
@@ -538,6 +552,7 @@ Status create_progress_engine(Transport& transport, const EngineOptions& options
   if (engine == nullptr) return Status::invalid_argument("create_progress_engine: engine is NULL");
   EngineOptions resolved = options;
   ZRT_RETURN_IF_ERROR(resolve_check_order(options.check_order, &resolved.check_order));
+  ZRT_RETURN_IF_ERROR(resolve_window_geometry(&resolved));
   auto created = std::make_unique<EngineImpl>(transport, resolved);
   ZRT_RETURN_IF_ERROR(created->init());
   *engine = std::move(created);

@@ -6,6 +6,7 @@
 // faults in fresh pages on the data path (DESIGN.md, "What this machine teaches").
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -19,6 +20,22 @@ namespace zrt {
 // the small-message all-reduce, which receives every peer's whole input.
 inline constexpr size_t kStreamScratchBytes = size_t{4} << 20;
 
+// The window inbox (collectives/ring_window.h): where the left ring neighbour writes this rank's
+// incoming chunks with plain stores, in kWindowSlots slots of kWindowSlotBytes. Slots are sized
+// to stay in the shared L3 cache between the writer's stores and the reader's loads, so a chunk
+// crosses DRAM only as the writer's input and the reader's output. It follows the scratch in
+// the same registered allocation, and is used only by window phases, so a neighbour that runs
+// ahead into the next collective never writes over staging that this rank still reads.
+// Defaults of EngineOptions::window_slots / window_slot_bytes (ZRT_WINDOW_SLOTS,
+// ZRT_WINDOW_SLOT_KIB), and the bounds the communicator accepts.
+inline constexpr int kWindowSlots = 8;
+inline constexpr size_t kWindowSlotBytes = size_t{256} << 10;
+inline constexpr int kWindowMaxSlots = 16;
+inline constexpr size_t kWindowMinSlotBytes = size_t{4} << 10;
+inline constexpr size_t kWindowMaxSlotBytes = size_t{16} << 20;
+// Largest packed memory key a neighbour may send in the window handshake (UCX's are ~30 bytes).
+inline constexpr size_t kWindowKeyMaxBytes = 1024;
+
 // A send to one's own rank, waiting for the matching receive later on the same stream.
 struct SelfMessage {
   const void* buffer = nullptr;
@@ -28,6 +45,16 @@ struct SelfMessage {
 struct StreamResources {
   void* scratch = nullptr;  // kStreamScratchBytes, or nullptr before the first communicating task
   size_t scratch_bytes = 0;
+  // Windows (EngineOptions::peer_windows): `inbox` is scratch + kStreamScratchBytes; the right
+  // neighbour's inbox is mapped at `right_inbox` by the first window phase of the stream (the
+  // handshake), and unmapped when the stream's resources are released.
+  bool windows = false;
+  int window_slots = 0;
+  size_t window_slot_bytes = 0;
+  char* inbox = nullptr;
+  char* right_inbox = nullptr;
+  std::vector<uint8_t> window_key;                            // ours, sent to the left neighbour
+  std::array<uint8_t, 8 + kWindowKeyMaxBytes> window_peer{};  // the right's address + key
   std::deque<SelfMessage> self_mailbox;
   // Point-to-point sequence numbers per peer, by direction (see Task::p2p_peer).
   std::vector<uint32_t> p2p_send_seq;

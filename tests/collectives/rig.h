@@ -23,6 +23,16 @@ struct Rig {
   std::unique_ptr<ProgressEngine> engine;
   std::vector<Stream*> streams;
 
+  // Ring reduce-scatter / all-gather through peer windows (EngineOptions::peer_windows), as a
+  // communicator of ranks on one host runs them; false runs the tagged-message rings that
+  // ranks on several hosts use. ZRT_WINDOWS=0 in the environment turns the default off.
+  bool windows = windows_default();
+
+  static bool windows_default() {
+    const char* value = std::getenv("ZRT_WINDOWS");
+    return value == nullptr || std::string(value) != "0";
+  }
+
   Status init(int rank_, int size_, const std::string& name, int64_t timeout_ms = 30000,
               int stream_count = 1) {
     rank = rank_;
@@ -37,6 +47,7 @@ struct Rig {
     engine_options.rank = rank;
     engine_options.size = size;
     engine_options.timeout_ms = timeout_ms;
+    engine_options.peer_windows = windows && size > 1;
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
     for (int i = 0; i < stream_count; ++i) {
       Stream* stream = nullptr;

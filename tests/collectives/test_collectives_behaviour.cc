@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tests/collectives/rig.h"
@@ -116,6 +117,42 @@ TEST(Collectives, RingBytesAreExactlySTimesNMinusOneOverN) {
     EXPECT_EQ(stats.total.calls, 0u);
     EXPECT_EQ(stats.total.bytes_sent, 0u);
   });
+}
+
+// Ranks that disagree on the count (with the order checker off, which would name the calls)
+// get an error on both paths, never a result built from the wrong bytes: the tagged ring
+// through the receive size, the window ring through the byte count each READY carries.
+void expect_count_mismatch_fails(bool windows) {
+  RankOptions options;
+  options.env["ZRT_CHECK"] = "0";
+  options.deadline_ms = 60000;
+  expect_ranks_pass(
+      2,
+      [windows](int rank, int size) {
+        Rig rig;
+        rig.windows = windows;
+        ASSERT_OK(rig.init(rank, size, windows ? "mismatch_w" : "mismatch_t", 10000));
+        const size_t count = rank == 0 ? 1000 : 1001;
+        std::vector<float> in(count * size, 1.0f), out(count);
+        Status status = rig.run(make(ZRT_COLL_REDUCE_SCATTER, in.data(), out.data(), count));
+        ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": mismatched counts went unnoticed";
+        // The longer side may see a short message, the shorter a truncation: both name the peer.
+        const std::string peer = "rank " + std::to_string(1 - rank);
+        EXPECT_NE(status.message().find(peer), std::string::npos) << status.message();
+        if (windows) {
+          EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
+          EXPECT_NE(status.message().find("mismatched collective arguments"), std::string::npos)
+              << status.message();
+        }
+      },
+      options);
+}
+
+TEST(Collectives, CountMismatchAcrossRanksFailsThroughWindows) {
+  expect_count_mismatch_fails(true);
+}
+TEST(Collectives, CountMismatchAcrossRanksFailsThroughTaggedMessages) {
+  expect_count_mismatch_fails(false);
 }
 
 TEST(Collectives, PointToPointRingAndSelf) {

@@ -142,8 +142,9 @@ class MatrixRunner {
   uint64_t hash_ = 1469598103934665603ull;
 };
 
-void run_matrix(int rank, int size) {
+void run_matrix_on(int rank, int size, bool windows) {
   Rig rig;
+  rig.windows = windows;
   Status status = rig.init(rank, size, "matrix");
   ASSERT_TRUE(status.is_ok()) << status.message();
   MatrixRunner runner(rig);
@@ -203,6 +204,15 @@ void run_matrix(int rank, int size) {
   EXPECT_GT(cases, 500);
 }
 
+// The rings through peer windows (all ranks on one host, as here), and through tagged
+// messages (ranks on several hosts), which must agree bit for bit on the same inputs.
+void run_matrix(int rank, int size) {
+  run_matrix_on(rank, size, true);
+}
+void run_matrix_tagged(int rank, int size) {
+  run_matrix_on(rank, size, false);
+}
+
 RankOptions options() {
   RankOptions options;
   options.deadline_ms = 280000;
@@ -223,6 +233,12 @@ TEST(CollectivesMatrix, FourRanks) {
 }
 TEST(CollectivesMatrix, EightRanks) {
   expect_ranks_pass(8, run_matrix, options());
+}
+TEST(CollectivesMatrix, TaggedTwoRanks) {
+  expect_ranks_pass(2, run_matrix_tagged, options());
+}
+TEST(CollectivesMatrix, TaggedThreeRanks) {
+  expect_ranks_pass(3, run_matrix_tagged, options());
 }
 
 }  // namespace

@@ -57,7 +57,74 @@ void UcxMemory::free(void* buffer) {
   ucp_mem_unmap(context_, memh);
 }
 
+Status UcxMemory::pack_key(const void* buffer, std::vector<uint8_t>* key) {
+  if (key == nullptr) return Status::invalid_argument("pack_registered_key: key is NULL");
+  ucp_mem_h memh = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = mapped_.find(const_cast<void*>(buffer));
+    if (it == mapped_.end()) {
+      return Status::invalid_argument(
+          "pack_registered_key: buffer {} is not the start of a registered allocation", buffer);
+    }
+    memh = it->second;
+  }
+  void* packed = nullptr;
+  size_t length = 0;
+  ucs_status_t status = ucp_rkey_pack(context_, memh, &packed, &length);
+  if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_rkey_pack", status);
+  const auto* bytes = static_cast<const uint8_t*>(packed);
+  key->assign(bytes, bytes + length);
+  ucp_rkey_buffer_release(packed);
+  return Status::ok();
+}
+
+Status UcxMemory::map_peer(ucp_ep_h endpoint, const std::vector<uint8_t>& key,
+                           uint64_t remote_address, void** local) {
+  if (local == nullptr) return Status::invalid_argument("map_peer_registered: local is NULL");
+  if (key.empty()) return Status::invalid_argument("map_peer_registered: key is empty");
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t status = ucp_ep_rkey_unpack(endpoint, key.data(), &rkey);
+  if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_ep_rkey_unpack", status);
+  void* address = nullptr;
+  status = ucp_rkey_ptr(rkey, remote_address, &address);
+  if (status != UCS_OK) {
+    ucp_rkey_destroy(rkey);
+    return ucx_status(status == UCS_ERR_UNREACHABLE ? ZRT_UNSUPPORTED : ZRT_SYSTEM_ERROR,
+                      "ucp_rkey_ptr (the peer's memory cannot be mapped here)", status);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peer_keys_[address] = rkey;
+  }
+  *local = address;
+  return Status::ok();
+}
+
+void UcxMemory::unmap_peer(void* local) {
+  if (local == nullptr) return;
+  ucp_rkey_h rkey = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = peer_keys_.find(local);
+    if (it == peer_keys_.end()) {
+      ZRT_LOG_ERROR("unmap_peer_registered: {} is not a peer mapping", local);
+      return;
+    }
+    rkey = it->second;
+    peer_keys_.erase(it);
+  }
+  ucp_rkey_destroy(rkey);
+}
+
+void UcxMemory::unmap_all_peers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [address, rkey] : peer_keys_) ucp_rkey_destroy(rkey);
+  peer_keys_.clear();
+}
+
 UcxMemory::~UcxMemory() {
+  unmap_all_peers();
   for (auto& [address, memh] : mapped_) ucp_mem_unmap(context_, memh);
 }
 

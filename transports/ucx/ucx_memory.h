@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <ucp/api/ucp.h>
 
@@ -27,10 +28,22 @@ class UcxMemory {
   Status alloc(size_t bytes, void** buffer);
   void free(void* buffer);
 
+  // Windows (transport.h): the packed remote key of a buffer from alloc(), and the local address
+  // of a peer's buffer from its packed key, unpacked on `endpoint` (the data endpoint to that
+  // peer). ucp_rkey_ptr succeeds only where the memory domain can attach the peer's segment
+  // (sysv/posix shared memory on one host); anything else is ZRT_UNSUPPORTED.
+  Status pack_key(const void* buffer, std::vector<uint8_t>* key);
+  Status map_peer(ucp_ep_h endpoint, const std::vector<uint8_t>& key, uint64_t remote_address,
+                  void** local);
+  void unmap_peer(void* local);
+  // Destroys every peer mapping; runs before the endpoints close (remote keys belong to them).
+  void unmap_all_peers();
+
  private:
   ucp_context_h context_;
   std::mutex mutex_;
   std::unordered_map<void*, ucp_mem_h> mapped_;
+  std::unordered_map<void*, ucp_rkey_h> peer_keys_;  // by local address of the peer's memory
 };
 
 }  // namespace zrt

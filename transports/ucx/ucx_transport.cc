@@ -125,6 +125,18 @@ class UcxTransport final : public Transport {
     return memory_->alloc(bytes, buffer);
   }
   void free_registered(void* buffer) override { memory_->free(buffer); }
+  Status pack_registered_key(const void* buffer, std::vector<uint8_t>* key) override {
+    return memory_->pack_key(buffer, key);
+  }
+  Status map_peer_registered(int peer, const std::vector<uint8_t>& key, uint64_t remote_address,
+                             void** local) override {
+    if (peer < 0 || peer >= size_ || endpoints_[peer] == nullptr) {
+      return Status::invalid_argument("map_peer_registered: peer {} is out of range [0, {})", peer,
+                                      size_);
+    }
+    return memory_->map_peer(endpoints_[peer], key, remote_address, local);
+  }
+  void unmap_peer_registered(void* local) override { memory_->unmap_peer(local); }
   std::string describe() const override { return description_; }
 
   void on_peer_error(int peer, ucs_status_t status);
@@ -583,6 +595,7 @@ UcxTransport::~UcxTransport() {
   if (!outstanding_.empty()) {
     cancel_all(Status::error(ZRT_REMOTE_ERROR, "{}: transport destroyed", name_));
   }
+  memory_->unmap_all_peers();  // remote keys go before the endpoints they were unpacked on
   close_endpoints();
   std::vector<UcxOp*> leftovers(outstanding_.begin(), outstanding_.end());
   for (UcxOp* op : leftovers) op->orphaned = true;
