@@ -293,6 +293,22 @@ void dead_peer_body(int rank, int size, int stage, bool inside_optimizer) {
   ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
   const bool victim = rank == size - 1;
   forward_backward(&run, 1);
+  // Every rank's forward and backward have returned before the victim may die: a survivor
+  // still waiting in them when the death is detected would fail there instead (a failed
+  // communicator fails every later wait). The handshake is an all-gather over files, outside
+  // the communicator, so it cannot fail with it.
+  {
+    FileOob done(run_dir(), "dead-backward-done", rank, size);
+    const zrt_oob_t& oob = done.oob();
+    char mine = 1;
+    std::vector<char> all(static_cast<size_t>(size));
+    void* request = nullptr;
+    ASSERT_ZRT(oob.allgather(&mine, all.data(), 1, oob.user_data, &request));
+    zrt_status_t status = ZRT_IN_PROGRESS;
+    while (status == ZRT_IN_PROGRESS) status = oob.test(request);  // test() sleeps while waiting
+    oob.free(request);
+    ASSERT_ZRT(status);
+  }
   // Before the step: after its backward, so the survivors' fetches have what they need.
   if (victim && !inside_optimizer) _exit(kVictimExit);
   const std::vector<float> shard_before = read_shard(opt);
