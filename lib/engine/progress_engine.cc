@@ -378,8 +378,6 @@ void EngineImpl::run() {
       }
       if (stopping_ && (!busy || failed_) && !cancel) exit_now = true;
     }
-    for (const auto& stream : retired) release_resources(*stream);
-    retired.clear();
     if (cancel) {
       transport_.cancel_all(cancel_reason);
       for (const auto& stream : active) {
@@ -390,6 +388,12 @@ void EngineImpl::run() {
       done_cv_.notify_all();
       continue;
     }
+    // Only after any cancel: a stream destroyed once the engine failed (its synchronize returned
+    // the error at once) may still hold a running task whose transport operations write into
+    // the task and the stream's scratch; cancel_all ends them. Freeing first was a
+    // use-after-free (AddressSanitizer, dead_peers and abort_release).
+    for (const auto& stream : retired) release_resources(*stream);
+    retired.clear();
     if (exit_now) break;
 
     // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
