@@ -2,6 +2,7 @@
 // every ordered pair of ranks, itself included, verifies every byte, and exits non-zero on any
 // mismatch or error. Run it under a launcher: `zrt-run -n 8 p2p_check`. 256 MiB messages are
 // exchanged only when size <= 3 (memory and time on small machines); pass --large to force.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
           CHECK_ZRT(zrt_send(comm, out.data(), bytes, ZRT_U8, dst, stream));
         }
         if (dst == rank) {
-          std::memset(in.data(), 0, bytes);
+          std::fill(in.begin(), in.end(), uint8_t{0});  // memset of the empty (NULL) vector is UB
           CHECK_ZRT(zrt_recv(comm, in.data(), bytes, ZRT_U8, src, stream));
         }
         CHECK_ZRT(zrt_stream_synchronize(stream));
