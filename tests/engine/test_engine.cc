@@ -99,12 +99,15 @@ TEST(Engine, ErrorPropagatesThroughEventToAnotherStream) {
     ASSERT_OK(event->record(rig.stream(0)));
     ASSERT_OK(rig.stream(1).wait_event(*event));
     std::atomic<bool> ran{false};
-    ASSERT_OK(rig.stream(1).enqueue_host_function(
+    // The progress thread may fail stream 1 through the wait before this enqueue (it did under
+    // ThreadSanitizer's slower caller): the enqueue then returns the same sticky error.
+    Status enqueued = rig.stream(1).enqueue_host_function(
         [&ran] {
           ran = true;
           return Status::ok();
         },
-        "must not run"));
+        "must not run");
+    if (!enqueued.is_ok()) EXPECT_EQ(enqueued.code(), ZRT_REMOTE_ERROR) << enqueued.message();
     Status status = rig.stream(1).synchronize();
     EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
     EXPECT_NE(status.message().find("peer 3 vanished"), std::string::npos) << status.message();
