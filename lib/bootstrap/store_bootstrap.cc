@@ -16,6 +16,7 @@
 // of them before it stops serving.
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "lib/bootstrap/bootstrap.h"
@@ -119,6 +120,9 @@ class StoreBootstrap final : public Bootstrap {
   std::string prefix_;
   int64_t round_ = 0;
   std::string previous_key_;  // this rank's record of the previous round, deleted next round
+  // Ranks an exchange already timed out on: rank 0 does not wait for their goodbye, so a
+  // stalled rank costs the survivors one timeout, not two.
+  std::set<int> unresponsive_;
 };
 
 Status StoreBootstrap::exchange(const char* kind, const void* input, size_t bytes, void* output) {
@@ -135,6 +139,7 @@ Status StoreBootstrap::exchange(const char* kind, const void* input, size_t byte
   Status waited = client_->wait(keys, timeout_ms_, &missing);
   if (waited.code() == ZRT_TIMEOUT && !missing.empty()) {
     std::vector<int> late(missing.begin(), missing.end());
+    unresponsive_.insert(late.begin(), late.end());
     return Status::error(ZRT_TIMEOUT,
                          "timed out after {} ms waiting for {} of {} at bootstrap {} round {}",
                          timeout_ms_, list_ranks(late), ranks_.size, kind, round);
@@ -180,14 +185,19 @@ void StoreBootstrap::say_goodbye() {
   }
   if (!server_) return;
   std::vector<std::string> keys;
+  std::vector<int> waited_for;
   for (int rank = 1; rank < ranks_.size; ++rank) {
+    if (unresponsive_.count(rank) != 0) continue;
     keys.push_back(fmt::format("{}goodbye/{}", prefix_, rank));
+    waited_for.push_back(rank);
   }
   std::vector<uint32_t> missing;
-  Status status = client_->wait(keys, std::min(timeout_ms_, kMaxGoodbyeWaitMs), &missing);
+  Status status = keys.empty()
+                      ? Status::ok()
+                      : client_->wait(keys, std::min(timeout_ms_, kMaxGoodbyeWaitMs), &missing);
   if (!status.is_ok()) {
     std::vector<int> late;
-    for (uint32_t index : missing) late.push_back(static_cast<int>(index) + 1);
+    for (uint32_t index : missing) late.push_back(waited_for[index]);
     ZRT_LOG_WARN("bootstrap: rank 0 stops serving the store before {} said goodbye: {}",
                  list_ranks(late), status.message());
   }
