@@ -47,11 +47,22 @@ extern "C" {
 /* Written into every config struct by its ZRT_..._INIT macro; a struct without it is refused. */
 #define ZRT_CONFIG_MAGIC 0x7a72u /* "zr" */
 
+/* The enums below are C enums: a C caller may pass any int, and zrt checks it (an unknown
+ * dtype is ZRT_INVALID_ARGUMENT; ops >= ZRT_OP_COUNT are created ops). In C++, a value beyond
+ * an enum's enumerators is undefined behaviour unless the enum has a fixed underlying type, so
+ * C++ sees them with int, the type their values already promoted to: same size, ABI and
+ * arithmetic, and every value defined. */
+#ifdef __cplusplus
+#define ZRT_ENUM_TYPE : int
+#else
+#define ZRT_ENUM_TYPE
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Status codes and errors
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum zrt_status {
+typedef enum zrt_status ZRT_ENUM_TYPE {
   ZRT_SUCCESS = 0,
   ZRT_IN_PROGRESS = 1,      /* a non-blocking query: the work has not finished yet */
   ZRT_INVALID_ARGUMENT = 2, /* an argument is NULL, out of range or inconsistent */
@@ -80,7 +91,7 @@ ZRT_API zrt_status_t zrt_get_version(int* version);
  * Data types, reduction operations, memory kinds
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum zrt_dtype {
+typedef enum zrt_dtype ZRT_ENUM_TYPE {
   ZRT_F32 = 0,
   ZRT_F64 = 1,
   ZRT_F16 = 2,  /* IEEE binary16; reduced in f32 */
@@ -98,7 +109,7 @@ ZRT_API zrt_status_t zrt_dtype_size(zrt_dtype_t dtype, size_t* bytes);
 
 /* Built-in reductions. Values >= ZRT_OP_COUNT are communicator-created operations
  * (see zrt_op_create_premul_sum) and are valid only on the communicator that created them. */
-typedef enum zrt_op {
+typedef enum zrt_op ZRT_ENUM_TYPE {
   ZRT_SUM = 0,
   ZRT_AVG = 1, /* sum, then divide by the number of ranks (floating types only) */
   ZRT_MIN = 2,
@@ -107,7 +118,7 @@ typedef enum zrt_op {
   ZRT_OP_COUNT = 5
 } zrt_op_t;
 
-typedef enum zrt_mem_kind {
+typedef enum zrt_mem_kind ZRT_ENUM_TYPE {
   ZRT_MEM_HOST = 0, /* ordinary host memory, moved by the UCX transport */
   ZRT_MEM_CUDA = 1, /* CUDA device memory, moved by NCCL (builds with -Dnccl=enabled) */
   ZRT_MEM_KIND_COUNT = 2
@@ -327,7 +338,7 @@ ZRT_API zrt_status_t zrt_op_destroy(zrt_comm_t comm, zrt_op_t op);
  * Counters
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum zrt_coll_kind {
+typedef enum zrt_coll_kind ZRT_ENUM_TYPE {
   ZRT_COLL_ALL_REDUCE = 0,
   ZRT_COLL_REDUCE_SCATTER = 1,
   ZRT_COLL_ALL_GATHER = 2,
