@@ -107,7 +107,9 @@ TEST(Engine, ErrorPropagatesThroughEventToAnotherStream) {
           return Status::ok();
         },
         "must not run");
-    if (!enqueued.is_ok()) EXPECT_EQ(enqueued.code(), ZRT_REMOTE_ERROR) << enqueued.message();
+    if (!enqueued.is_ok()) {
+      EXPECT_EQ(enqueued.code(), ZRT_REMOTE_ERROR) << enqueued.message();
+    }
     Status status = rig.stream(1).synchronize();
     EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
     EXPECT_NE(status.message().find("peer 3 vanished"), std::string::npos) << status.message();

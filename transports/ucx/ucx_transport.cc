@@ -9,7 +9,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unordered_set>
 
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/log.h"
@@ -83,6 +82,42 @@ struct UcxOp {
   bool posting = false;   // inside ucp_tag_recv_nbx: the poster deletes the op
   bool finished = false;  // the callback ran while posting
   bool orphaned = false;  // the transport is being destroyed: its destructor deletes the op
+  // Links of the transport's outstanding list (while posted) or of its free list (after).
+  UcxOp* prev = nullptr;
+  UcxOp* next = nullptr;
+  bool listed = false;  // on the outstanding list
+};
+
+// The operations UCX still holds, as an intrusive list: posting and completing a message
+// allocates nothing (records come from a free list that grows only to the most ever in flight).
+class OpList {
+ public:
+  bool empty() const { return head_ == nullptr; }
+  bool contains(const UcxOp* op) const { return op->listed; }
+  void insert(UcxOp* op) {
+    op->prev = nullptr;
+    op->next = head_;
+    if (head_ != nullptr) head_->prev = op;
+    head_ = op;
+    op->listed = true;
+  }
+  void erase(UcxOp* op) {
+    if (!op->listed) return;
+    if (op->prev != nullptr) op->prev->next = op->next;
+    if (op->next != nullptr) op->next->prev = op->prev;
+    if (head_ == op) head_ = op->next;
+    op->prev = op->next = nullptr;
+    op->listed = false;
+  }
+  // A copy, for loops whose callbacks may erase entries.
+  std::vector<UcxOp*> snapshot() const {
+    std::vector<UcxOp*> ops;
+    for (UcxOp* op = head_; op != nullptr; op = op->next) ops.push_back(op);
+    return ops;
+  }
+
+ private:
+  UcxOp* head_ = nullptr;
 };
 
 struct PeerSlot {
@@ -169,7 +204,10 @@ class UcxTransport final : public Transport {
   ErrorMode error_mode_ = ErrorMode::kHybrid;
   std::vector<ucp_ep_h> watchers_;  // hybrid mode: idle error-mode-PEER endpoints
   Status health_;
-  std::unordered_set<UcxOp*> outstanding_;
+  UcxOp* acquire_op();
+  void release_op(UcxOp* op);
+  OpList outstanding_;
+  UcxOp* free_ops_ = nullptr;  // singly linked through UcxOp::next
   unsigned completed_ = 0;
   std::string description_;
 };
@@ -290,7 +328,7 @@ UcxOp* UcxTransport::begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv
     completion->done = true;
     return nullptr;
   }
-  auto* op = new UcxOp{};
+  UcxOp* op = acquire_op();
   op->transport = this;
   op->completion = completion;
   op->peer = peer;
@@ -337,7 +375,7 @@ Status UcxTransport::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
       ucp_tag_recv_nbx(worker_->worker(), buffer, bytes, ucx_tag(peer, tag), ~uint64_t{0}, &param);
   op->posting = false;
   if (op->finished) {  // the callback already ran
-    delete op;
+    release_op(op);
     return Status::ok();
   }
   if (UCS_PTR_IS_PTR(request)) {
@@ -384,7 +422,22 @@ void UcxTransport::complete(UcxOp* op, ucs_status_t status, size_t received) {
     return;
   }
   if (op->orphaned) return;  // ~UcxTransport owns it now (UCX may call back while it tears down)
-  delete op;
+  release_op(op);
+}
+
+UcxOp* UcxTransport::acquire_op() {
+  if (free_ops_ == nullptr) return new UcxOp{};
+  UcxOp* op = free_ops_;
+  free_ops_ = op->next;
+  *op = UcxOp{};
+  return op;
+}
+
+void UcxTransport::release_op(UcxOp* op) {
+  outstanding_.erase(op);
+  op->completion = nullptr;
+  op->next = free_ops_;
+  free_ops_ = op;
 }
 
 void UcxTransport::on_peer_error(int peer, ucs_status_t status) {
@@ -408,10 +461,12 @@ void UcxTransport::on_peer_error(int peer, ucs_status_t status) {
 void UcxTransport::fail_failed_peers_receives() {
   pending_peer_failure_ = false;
   std::vector<UcxOp*> doomed;
-  for (UcxOp* op : outstanding_) {
+  for (UcxOp* op : outstanding_.snapshot()) {
     if (!peer_failed_[op->peer].is_ok()) doomed.push_back(op);
   }
   for (UcxOp* op : doomed) {
+    // An earlier cancel of this loop may have completed (and recycled) this one.
+    if (!outstanding_.contains(op)) continue;
     op->has_reason = true;
     op->reason = peer_failed_[op->peer];
     if (op->is_recv) {
@@ -448,7 +503,7 @@ bool UcxTransport::arm() {
 
 void UcxTransport::cancel_all(const Status& reason) {
   cancelled_ = true;
-  std::vector<UcxOp*> ops(outstanding_.begin(), outstanding_.end());
+  const std::vector<UcxOp*> ops = outstanding_.snapshot();
   for (UcxOp* op : ops) {
     op->has_reason = true;
     op->reason = reason;
@@ -456,7 +511,7 @@ void UcxTransport::cancel_all(const Status& reason) {
   for (UcxOp* op : ops) {
     // A cancel can run callbacks that complete (and delete) other operations of the snapshot:
     // only touch the ones still outstanding.
-    if (outstanding_.count(op) == 0) continue;
+    if (!outstanding_.contains(op)) continue;
     if (op->is_recv) ucp_request_cancel(worker_->worker(), op->request);
   }
   // Sends cannot always be cancelled (UCX may be inside a protocol with the peer): give them a
@@ -469,7 +524,7 @@ void UcxTransport::cancel_all(const Status& reason) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
-  for (UcxOp* op : outstanding_) {
+  for (UcxOp* op : outstanding_.snapshot()) {
     if (op->completion == nullptr) continue;
     op->completion->status = reason;
     op->completion->done = true;
@@ -489,7 +544,7 @@ bool UcxTransport::farewell() {
   std::vector<TransportCompletion> sends(size_), recvs(size_);
   std::vector<void*> requests;
   auto post = [&](bool is_recv, int peer) {
-    auto* op = new UcxOp{};
+    UcxOp* op = acquire_op();
     op->transport = this;
     op->completion = is_recv ? &recvs[peer] : &sends[peer];
     op->peer = peer;
@@ -514,7 +569,7 @@ bool UcxTransport::farewell() {
                                    &param);
     op->posting = false;
     if (op->finished) {
-      delete op;
+      release_op(op);
     } else if (UCS_PTR_IS_PTR(request)) {
       op->request = request;
       outstanding_.insert(op);
@@ -597,12 +652,19 @@ UcxTransport::~UcxTransport() {
   }
   memory_->unmap_all_peers();  // remote keys go before the endpoints they were unpacked on
   close_endpoints();
-  std::vector<UcxOp*> leftovers(outstanding_.begin(), outstanding_.end());
-  for (UcxOp* op : leftovers) op->orphaned = true;
-  outstanding_.clear();
+  const std::vector<UcxOp*> leftovers = outstanding_.snapshot();
+  for (UcxOp* op : leftovers) {
+    op->orphaned = true;
+    outstanding_.erase(op);
+  }
   memory_.reset();  // unmap before the context goes
   worker_.reset();
   for (UcxOp* op : leftovers) delete op;
+  while (free_ops_ != nullptr) {
+    UcxOp* op = free_ops_;
+    free_ops_ = op->next;
+    delete op;
+  }
 }
 
 }  // namespace
