@@ -525,15 +525,21 @@ ZRT_API zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit);
 ZRT_API zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit);
 
 /* Pointer to a parameter's full data (numel elements of param_dtype), valid while its unit is
- * fetched (always, for resident parameters). The framework may read it, never write it.
+ * fetched (always, for resident parameters). The framework may read it, never write it. After
+ * zrt_partition_step, the data of stages 1/2 is rewritten asynchronously until
+ * zrt_partition_fetch of its unit has returned: read it only between fetch and the next step.
  * Errors: ZRT_INVALID_ARGUMENT, ZRT_INVALID_USAGE (unit not fetched). */
 ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data);
 
 /* Pointer where the framework writes a trainable parameter's gradient for this micro-batch
  * (numel elements of param_dtype, overwritten, not accumulated: zrt accumulates). The unit's
- * gradient buffers share one staging window: they are valid until zrt_partition_grad_ready of
- * that unit, and only one unit's may be open at a time. Errors: ZRT_INVALID_ARGUMENT (unknown
- * or frozen param), ZRT_INVALID_USAGE (another unit's gradients are open). */
+ * gradient buffers share one staging window: they are valid from this call until
+ * zrt_partition_grad_ready of that unit, and only one unit's may be open at a time. zrt may
+ * still be reading the previous unit's gradients out of the window when grad_ready returned
+ * (see there); the first grad_data of the next unit waits until it has, so a pointer must be
+ * taken again for every unit, never kept from an earlier one. Errors: ZRT_INVALID_ARGUMENT
+ * (unknown or frozen param), ZRT_INVALID_USAGE (another unit's gradients are open),
+ * ZRT_TIMEOUT. */
 ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
 
 /* Whether the coming micro-batch reduces its gradients (1, default) or only accumulates them
@@ -542,7 +548,11 @@ ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void
 ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
 
 /* The unit's gradients are written: zrt accumulates them into its buckets and starts the
- * reduction of every bucket this completes. Errors: ZRT_INVALID_ARGUMENT (unknown unit),
+ * reduction of every bucket this completes. It may wait for a bucket to come free (its previous
+ * reduction), and returns once the work is enqueued: with host buckets (stages 2/3 without
+ * no_sync_accumulation), large gradients are copied out of the window on zrt's progress thread
+ * after the call returns, so the window must not be written until the next
+ * zrt_partition_grad_data has returned. Errors: ZRT_INVALID_ARGUMENT (unknown unit),
  * ZRT_INVALID_USAGE (signalled twice in one micro-batch), ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 
@@ -585,10 +595,14 @@ typedef struct zrt_optimizer_args {
  * usable, or when zrt was built without NCCL. */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
 
-/* Waits for all reductions, calls optimizer once with the local shard, then converts master to
- * param_dtype and (stages 1/2) all-gathers the updated parameters bucket by bucket on the
- * all-gather stream (fetch waits for them), (stage 3) updates the shard and regathers the
- * persistent parameters; then clears the gradients. Collective. Errors: ZRT_INVALID_ARGUMENT
+/* Waits for all reductions, calls optimizer once with the local shard, then publishes the
+ * updated parameters and returns without waiting for them: stage 0 converts master to
+ * param_dtype at once; stages 1/2 enqueue, bucket by bucket on the all-gather stream, the
+ * conversion of this rank's slice and the all-gather of the bucket (zrt_partition_fetch waits
+ * for its unit's buckets); stage 3 converts each unit's slice of the parameter shard just ahead
+ * of that unit's next all-gather and regathers the persistent parameters at once. Checkpoints
+ * (zrt_partition_save, zrt_partition_export_full) wait for all of it. The gradients are then
+ * clear for the next step. Collective. Errors: ZRT_INVALID_ARGUMENT
  * (NULL optimizer), ZRT_INVALID_USAGE (gradients of some unit missing, no synchronised
  * micro-batch, units still fetched), the optimizer's error, ZRT_TIMEOUT, ZRT_REMOTE_ERROR.
  *
@@ -615,9 +629,11 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * With step_backup = 0 only failures before the optimizer are covered: after an optimizer
  * failure on any rank (or a failed agreement after it), every rank returns an error without publishing, and master/state hold
  * whatever the callbacks left (updated where they succeeded); restore from a checkpoint rather
- * than retrying. The post-step all-gathers run asynchronously: once zrt_partition_step has
- * returned ZRT_SUCCESS the step is committed, and a later gather failure surfaces in
- * zrt_partition_fetch. */
+ * than retrying. The post-step conversions and all-gathers run asynchronously: once
+ * zrt_partition_step has returned ZRT_SUCCESS the step is committed, and a later gather failure
+ * surfaces in zrt_partition_fetch. The copy of master and state for step_backup is taken in the
+ * background from the first zrt_partition_fetch after they changed, so it overlaps the
+ * framework's compute; a step finds it done (or takes it itself when no fetch came first). */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 

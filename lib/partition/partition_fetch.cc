@@ -10,6 +10,17 @@
 // use by the host (the framework released it) and after the slot's previous gather by the
 // stream (gathers run in order), so no wait is needed.
 //
+// A unit the expected order fetches again right after this fetch (the last unit of forward is
+// the first of backward) is gathered again ahead like any other: its second copy goes into
+// another slot (next_slot_), ahead of the prefetches behind it, and release(u) makes it u's
+// copy. Keeping the first copy instead would save that gather, but the traffic per step would
+// then no longer be the documented 3P(N-1)/N.
+//
+// After a step the parameter shard is stale: publishing only marks it, and the first gather of
+// each unit converts that unit's master slice into the shard on the all-gather stream just
+// ahead of the gather (convert_shard_segment), so the conversion runs on the progress thread
+// while the framework computes earlier units rather than at the end of the step.
+//
 // The expected order is the declared one (forward, or backward once fetches go down) until the
 // first step ends; from then on it is the order recorded during that step, forward, backward and
 // recomputation included. A fetch that departs from the recording logs a warning and falls back
@@ -49,8 +60,61 @@ void PartitionManager::update_window_peaks() {
   stats_.max_gathered_bytes = std::max(stats_.max_gathered_bytes, bytes);
 }
 
-Status PartitionManager::gather_into_slot(int unit, int slot, bool prefetch) {
-  const Segment& segment = layout_.segments()[layout_.units()[unit].segment];
+Status PartitionManager::convert_shard_segment(int segment) {
+  const Segment& seg = layout_.segments()[segment];
+  shard_stale_[segment] = 0;
+  ElementOps* ops = ops_.get();
+  const float* master = master_ + seg.shard_offset;
+  char* shard = param_ptr(param_shard_, seg.shard_offset);
+  const zrt_dtype_t pdt = options_.param_dtype;
+  const size_t p_size = p_size_;
+  return run_piecewise(
+      *ag_stream_, seg.slice,
+      [ops, master, shard, pdt, p_size](size_t begin, size_t count) {
+        ops->convert(ZRT_F32, master + begin, pdt, shard + begin * p_size, count);
+      },
+      "partition: convert master to the parameter shard");
+}
+
+// Converts every stale segment at once and waits (checkpoints read the parameter shard).
+Status PartitionManager::flush_shard_conversions() {
+  bool any = false;
+  for (size_t s = 0; s < shard_stale_.size(); ++s) {
+    if (!shard_stale_[s]) continue;
+    ZRT_RETURN_IF_ERROR(convert_shard_segment(static_cast<int>(s)));
+    any = true;
+  }
+  return any ? ag_stream_->synchronize() : Status::ok();
+}
+
+void PartitionManager::drop_slot(int slot) {
+  Slot& victim = slots_[slot];
+  if (victim.prefetched) prefetched_bytes_ -= unit_gather_bytes(victim.unit);
+  if (next_slot_[victim.unit] == slot) {
+    next_slot_[victim.unit] = -1;
+  } else {
+    slot_of_[victim.unit] = -1;
+  }
+  victim.unit = -1;
+  victim.prefetched = false;
+}
+
+void PartitionManager::forget_window() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    if (slot.unit >= 0 && (slot.prefetched || !fetched_[slot.unit])) {
+      drop_slot(static_cast<int>(i));
+    }
+  }
+}
+
+Status PartitionManager::gather_into_slot(int unit, int slot, bool prefetch, bool again) {
+  const int segment_index = layout_.units()[unit].segment;
+  const Segment& segment = layout_.segments()[segment_index];
+  if (shard_stale_[segment_index]) {
+    ZRT_RETURN_IF_ERROR(
+        convert_shard_segment(segment_index).with_context(fmt::format("gathering unit {}", unit)));
+  }
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;
   args.sendbuf = param_ptr(param_shard_, segment.shard_offset);
@@ -64,7 +128,7 @@ Status PartitionManager::gather_into_slot(int unit, int slot, bool prefetch) {
   ZRT_RETURN_IF_ERROR(slots_[slot].event->record(*ag_stream_));
   slots_[slot].unit = unit;
   slots_[slot].prefetched = prefetch;
-  slot_of_[unit] = slot;
+  (again ? next_slot_ : slot_of_)[unit] = slot;
   if (prefetch) {
     prefetched_bytes_ += unit_gather_bytes(unit);
     ++stats_.prefetches;
@@ -111,9 +175,12 @@ void PartitionManager::prefetch_after(int unit) {
       if (next < 0 || next >= units) break;
       candidate = next;
     }
-    if (candidate == unit || layout_.units()[candidate].segment < 0) continue;
+    if (layout_.units()[candidate].segment < 0) continue;
+    // The unit being fetched comes again: a second copy, unless one is in the window.
+    const bool again = candidate == unit;
+    if (again && !recorded_) continue;
     ++looked;
-    if (slot_of_[candidate] >= 0) continue;  // gathered, in flight or fetched
+    if ((again ? next_slot_ : slot_of_)[candidate] >= 0) continue;  // gathered or in flight
     const int slot = find_free_slot();
     if (slot < 0) break;
     const uint64_t bytes = unit_gather_bytes(candidate);
@@ -125,7 +192,7 @@ void PartitionManager::prefetch_after(int unit) {
     }
     // A failed prefetch also fails the stream, so the demand fetch that needs it reports the
     // error; here it only stops looking ahead.
-    if (!gather_into_slot(candidate, slot, /*prefetch=*/true).is_ok()) break;
+    if (!gather_into_slot(candidate, slot, /*prefetch=*/true, again).is_ok()) break;
   }
 }
 
@@ -138,31 +205,40 @@ Status PartitionManager::fetch_stage3(int unit) {
       slots_[slot].prefetched = false;
     }
   } else {
+    // A unit gathered ahead that nobody asked for yet (the order changed) gives way to a
+    // demanded one: its slot is dropped.
+    auto evict = [this](int victim) {
+      drop_slot(victim);
+      ++stats_.evictions;
+    };
+    auto evictable = [this]() {
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].prefetched) return static_cast<int>(i);
+      }
+      return -1;
+    };
     slot = find_free_slot();
     if (slot < 0) {
-      // Every slot is taken: drop a prefetched unit nobody asked for yet (the order changed).
-      for (size_t i = 0; i < slots_.size(); ++i) {
-        if (slots_[i].prefetched) {
-          slot = static_cast<int>(i);
-          break;
-        }
-      }
+      slot = evictable();
       if (slot < 0) {
         return Status::invalid_usage(
             "cannot fetch unit {}: the gather window's {} slot(s) hold fetched units; release "
             "one first or raise prefetch_depth",
             unit, slots_.size());
       }
-      Slot& victim = slots_[slot];
-      prefetched_bytes_ -= unit_gather_bytes(victim.unit);
-      slot_of_[victim.unit] = -1;
-      victim.unit = -1;
-      victim.prefetched = false;
-      ++stats_.evictions;
+      evict(slot);
     }
     if (options_.max_live_bytes > 0) {
-      uint64_t live = unit_gather_bytes(unit);
-      for (const Slot& s : slots_) live += s.unit >= 0 ? unit_gather_bytes(s.unit) : 0;
+      auto live_with_unit = [this, unit]() {
+        uint64_t live = unit_gather_bytes(unit);
+        for (const Slot& s : slots_) live += s.unit >= 0 ? unit_gather_bytes(s.unit) : 0;
+        return live;
+      };
+      for (int victim = evictable(); victim >= 0 && live_with_unit() > options_.max_live_bytes;
+           victim = evictable()) {
+        evict(victim);
+      }
+      const uint64_t live = live_with_unit();
       if (live > options_.max_live_bytes && live > unit_gather_bytes(unit)) {
         return Status::invalid_usage(
             "cannot fetch unit {}: {} gathered bytes would exceed max_live_bytes ({}); "
@@ -195,6 +271,10 @@ Status PartitionManager::fetch(int unit) {
           fmt::format("waiting for unit {}'s parameters", unit)));
     }
   }
+  // The first fetch after master or state changed starts the step backup's copy, so it runs
+  // behind the framework's compute (partition_step.cc); once this unit is there, so that the
+  // copy does not slow the gather the framework is waiting for.
+  if (!backup_current_) start_backup();
   fetched_[unit] = 1;
   return Status::ok();
 }
@@ -211,7 +291,8 @@ Status PartitionManager::release(int unit) {
   if (slot >= 0) {
     slots_[slot].unit = -1;
     slots_[slot].prefetched = false;
-    slot_of_[unit] = -1;
+    slot_of_[unit] = next_slot_[unit];  // a second copy gathered ahead, or -1
+    next_slot_[unit] = -1;
   }
   return Status::ok();
 }

@@ -14,6 +14,14 @@
 //    segment, the bucket is reduce-scattered in place with AVG and its owned slice is added to
 //    the gradient shard by a host function on the same stream; the bucket's event tells when it
 //    can be reused. Stage 2 never holds more than the buckets' worth of full gradients.
+// In stages 2/3 the first reduction of a segment after a step writes its reduced slice into the
+// gradient shard instead of adding it there (grad_fresh_): the reduce-scatter delivers it
+// straight into the shard (N > 1) or it is copied, so the step never clears the shard and no
+// copy leaves the bucket; x + 0 == x, so the sums are the same.
+//
+// Copies out of the gradient window into the buckets run on the progress thread (copy_stream_,
+// large pieces only), so grad_ready returns once the work is enqueued; the bucket's reduction
+// waits for them on its stream, and grad_data of the next unit waits until the window is read.
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -22,6 +30,12 @@
 #include "lib/partition/partition_manager.h"
 
 namespace zrt {
+
+namespace {
+// Pieces of gradient at least this large are copied into buckets on the progress thread;
+// smaller ones right away (a task per small piece would cost more than the copy).
+constexpr size_t kDeferredCopyBytes = size_t{64} << 10;
+}  // namespace
 
 Status PartitionManager::grad_data(int param, void** grad) {
   ZRT_RETURN_IF_ERROR(check_finalized("grad_data"));
@@ -36,6 +50,12 @@ Status PartitionManager::grad_data(int param, void** grad) {
         "param {} belongs to unit {}, but unit {}'s gradients are open: signal them with "
         "zrt_partition_grad_ready first",
         param, loc.unit, open_unit_);
+  }
+  if (window_busy_) {
+    // The previous unit's gradients may still be on their way from the window into buckets.
+    ZRT_RETURN_IF_ERROR(copy_event_->synchronize().with_context(
+        "waiting for the previous unit's gradients to leave the gradient window"));
+    window_busy_ = false;
   }
   open_unit_ = loc.unit;
   *grad = param_ptr(grad_window_, loc.staging_offset);
@@ -113,6 +133,11 @@ Status PartitionManager::reduce_segment(int segment, void* data) {
     args.count = seg.slice;
     args.op = options_.stage == 1 ? ZRT_SUM : ZRT_AVG;
   }
+  // Stages 2/3, first reduction of the segment since the step: the reduced slice goes straight
+  // into the gradient shard, which it overwrites (no copy out of the bucket).
+  const bool fresh = options_.stage >= 2 && grad_fresh_[segment] != 0;
+  const bool direct = fresh && size_ > 1;
+  if (direct) args.recvbuf = grad_ptr(grad_shard_, seg.shard_offset);
   if (size_ > 1) {
     ZRT_RETURN_IF_ERROR(enqueue_collective(*rs_stream_, rank_, size_, args)
                             .with_context(fmt::format("reducing bucket {}", segment)));
@@ -135,14 +160,24 @@ Status PartitionManager::reduce_segment(int segment, void* data) {
   } else if (options_.stage >= 2) {
     char* shard = grad_ptr(grad_shard_, seg.shard_offset);
     const bool full = full_grads_ != nullptr;
-    ZRT_RETURN_IF_ERROR(ops->run_on(
-        *rs_stream_,
-        [ops, dtype, owned, shard, count = seg.slice, full, base, total = seg.numel * g]() {
-          ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
-          if (full) ops->zero(base, total);
-          return Status::ok();
-        },
-        "partition: accumulate reduced gradient slice"));
+    if (!direct || full) {
+      ZRT_RETURN_IF_ERROR(ops->run_on(
+          *rs_stream_,
+          [ops, dtype, owned, shard, count = seg.slice, full, fresh, direct, base,
+           total = seg.numel * g]() {
+            if (direct) {
+              // Already in the shard.
+            } else if (fresh) {
+              ops->copy(shard, owned, count * dtype_size(dtype));
+            } else {
+              ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
+            }
+            if (full) ops->zero(base, total);
+            return Status::ok();
+          },
+          "partition: accumulate reduced gradient slice"));
+    }
+    grad_fresh_[segment] = 0;
   }
   const int bucket = bucket_of_[segment];
   if (bucket >= 0) {
@@ -188,6 +223,12 @@ Status PartitionManager::grad_ready(int unit) {
   // streams through the buckets instead of holding them all.
   const auto& pieces = unit_pieces_[unit];
   const auto& piece_segments = unit_piece_segment_[unit];
+  // Large pieces are copied into their bucket by the progress thread (copy_stream_), so this
+  // call returns while they travel; grad_data of the next unit waits until the window is read.
+  // A segment that other units still fill waits for its copies at its reduction: copies are
+  // in order on the copy stream, so the event recorded then covers them too.
+  bool copies_queued = false;
+  bool copies_unwaited = copies_unwaited_;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const SegmentPiece& piece = pieces[i];
     const ParamLocation& loc = layout_.params()[piece.param];
@@ -201,12 +242,32 @@ Status PartitionManager::grad_ready(int unit) {
       int bucket = -1;
       ZRT_RETURN_IF_ERROR(acquire_bucket(s, &bucket));
       char* dst = bucket == -2 ? persistent_bucket_ : buckets_[bucket];
-      ops_->convert(pdt, src, gdt, grad_ptr(dst, piece.segment_offset), piece.count);
+      char* out = grad_ptr(dst, piece.segment_offset);
+      if (copy_stream_ != nullptr && piece.count * p_size_ >= kDeferredCopyBytes) {
+        ElementOps* ops = ops_.get();
+        ZRT_RETURN_IF_ERROR(run_piecewise(
+            *copy_stream_, piece.count,
+            [ops, pdt, gdt, src, out, p_size = p_size_, g_size = g_size_](size_t begin,
+                                                                          size_t count) {
+              ops->convert(pdt, src + begin * p_size, gdt, out + begin * g_size, count);
+            },
+            "partition: gradients into a bucket"));
+        copies_queued = true;
+        copies_unwaited = true;
+      } else {
+        ops_->convert(pdt, src, gdt, out, piece.count);
+      }
     }
     const bool last_in_segment = i + 1 == pieces.size() || piece_segments[i + 1] != s;
     if (!sync_ || !last_in_segment) continue;
     if (--pending_[s] > 0) continue;
     pending_[s] = segment_units_[s];
+    if (copies_unwaited) {
+      // The reduction reads the bucket: after the copies into it (and any before them).
+      ZRT_RETURN_IF_ERROR(copy_event_->record(*copy_stream_));
+      ZRT_RETURN_IF_ERROR(rs_stream_->wait_event(*copy_event_));
+      copies_unwaited = false;
+    }
     void* data;
     if (full_grads_ != nullptr) {
       data = grad_ptr(full_grads_, segment_start(s));
@@ -214,6 +275,11 @@ Status PartitionManager::grad_ready(int unit) {
       data = bucket_of_[s] == -2 ? persistent_bucket_ : buckets_[bucket_of_[s]];
     }
     ZRT_RETURN_IF_ERROR(reduce_segment(s, data));
+  }
+  copies_unwaited_ = copies_unwaited;
+  if (copies_queued) {
+    ZRT_RETURN_IF_ERROR(copy_event_->record(*copy_stream_));
+    window_busy_ = true;
   }
   signalled_[unit] = 1;
   open_unit_ = -1;

@@ -12,6 +12,7 @@
 #include "lib/core/log.h"
 #include "lib/engine/engine.h"
 #include "lib/partition/device_ops.h"
+#include "lib/partition/piecewise_task.h"
 #include "transports/nccl/device_context.h"
 
 namespace zrt {
@@ -89,6 +90,23 @@ char* PartitionManager::grad_ptr(char* base, size_t elements) const {
   return base + elements * g_size_;
 }
 
+Status PartitionManager::run_piecewise(Stream& stream, size_t total,
+                                       std::function<void(size_t, size_t)> work, const char* name) {
+  if (total == 0) return Status::ok();
+  if (device_ != nullptr) {
+    return ops_->run_on(
+        stream,
+        [&work, total]() {
+          work(0, total);
+          return Status::ok();
+        },
+        name);
+  }
+  // 64 Ki elements: at most 256 KiB of f32, the size of a collective's chunk.
+  constexpr size_t kPiece = size_t{64} << 10;
+  return stream.enqueue(std::make_unique<PiecewiseTask>(total, kPiece, std::move(work), name));
+}
+
 Status PartitionManager::allocate_buffers() {
   if (options_.mem_kind == ZRT_MEM_CUDA) {
     if (device_ == nullptr) {
@@ -157,6 +175,10 @@ Status PartitionManager::create_streams() {
   // Created in the same order on every rank: stream k talks to stream k.
   ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &ag_stream_));
   ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &rs_stream_));
+  if (!buckets_.empty()) {
+    ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &copy_stream_));
+    ZRT_RETURN_IF_ERROR(engine.create_event(&copy_event_));
+  }
   auto make = [&engine](Event** event) { return engine.create_event(event); };
   return create_events(make);
 }
@@ -274,9 +296,12 @@ Status PartitionManager::finalize() {
   pending_ = segment_units_;
   bucket_of_.assign(segments.size(), -1);
   bucket_segment_.assign(buckets_.size(), -1);
+  grad_fresh_.assign(segments.size(), 1);
+  shard_stale_.assign(segments.size(), 0);
   fetched_.assign(units, 0);
   signalled_.assign(units, 0);
   slot_of_.assign(units, -1);
+  next_slot_.assign(units, -1);
   order_.reserve(4 * units + 16);
   finalized_ = true;
   ZRT_LOG_INFO("partition: stage {}, {} units, {} trainable elements ({} padded) in {} segments",
@@ -292,8 +317,11 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
   if (dtype != ZRT_F32 && dtype != ZRT_F16 && dtype != ZRT_BF16) {
     return Status::invalid_argument("dtype {} is not f32, f16 or bf16", dtype_name(dtype));
   }
-  // Parameters must not change under an all-gather that is reading them.
+  // Parameters must not change under an all-gather that is reading them, nor master under
+  // the step backup's copy.
   ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
+  ZRT_RETURN_IF_ERROR(settle_backup());
+  backup_current_ = false;
   const ParamLocation& loc = layout_.params()[param];
   const size_t in_size = dtype_size(dtype);
   const char* in = static_cast<const char*>(values);
@@ -398,7 +426,10 @@ Status PartitionManager::destroy() {
   // Destroying a stream waits for its work, so buffers are idle before the arena goes.
   if (ag_stream_ != nullptr) keep(engine.destroy_stream(ag_stream_));
   if (rs_stream_ != nullptr) keep(engine.destroy_stream(rs_stream_));
-  ag_stream_ = rs_stream_ = nullptr;
+  if (copy_stream_ != nullptr) keep(engine.destroy_stream(copy_stream_));
+  ag_stream_ = rs_stream_ = copy_stream_ = nullptr;
+  if (copy_event_ != nullptr) keep(engine.destroy_event(copy_event_));
+  copy_event_ = nullptr;
   for (Event* event : segment_events_) {
     if (event != nullptr) keep(engine.destroy_event(event));
   }
@@ -443,8 +474,11 @@ Status PartitionManager::checkpoint_quiesce(const char* what) {
         "it after zrt_partition_step",
         what);
   }
-  return ag_stream_->synchronize().with_context(
-      fmt::format("{}: waiting for the post-step parameter gathers", what));
+  ZRT_RETURN_IF_ERROR(ag_stream_->synchronize().with_context(
+      fmt::format("{}: waiting for the post-step parameter gathers", what)));
+  // The parameter shard is read as it is (read_param_shard): bring it up to date.
+  return flush_shard_conversions().with_context(
+      fmt::format("{}: converting master to the parameter shard", what));
 }
 
 Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, void* out) const {
@@ -484,6 +518,8 @@ Status PartitionManager::restore_checkpoint(const float* master,
                               states.size(), state_.size()));
   }
   ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
+  ZRT_RETURN_IF_ERROR(settle_backup());
+  backup_current_ = false;
   const size_t count = layout_.shard_numel();
   const zrt_dtype_t pdt = options_.param_dtype;
   ops_->copy(master_, master, count * sizeof(float));
@@ -494,12 +530,7 @@ Status PartitionManager::restore_checkpoint(const float* master,
   }
   step_ = step;
   // Units gathered ahead hold the old parameters: forget them.
-  for (Slot& slot : slots_) {
-    if (slot.unit >= 0) slot_of_[slot.unit] = -1;
-    slot.unit = -1;
-    slot.prefetched = false;
-  }
-  prefetched_bytes_ = 0;
+  forget_window();
   order_pos_ = 0;
   last_fetched_ = -1;
   direction_ = 1;

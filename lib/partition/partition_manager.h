@@ -119,21 +119,33 @@ class PartitionManager {
   Status check_ranks_agree();
   size_t segment_start(int segment) const;  // element offset of the segment in a full view
   char* param_ptr(char* base, size_t elements) const;
+  // Runs work(begin, count) over elements [0, total) after everything enqueued on `stream` so
+  // far: host buffers piece by piece on the progress thread (piecewise_task.h), device buffers
+  // as kernels launched on the stream at once (ElementOps::run_on).
+  Status run_piecewise(Stream& stream, size_t total, std::function<void(size_t, size_t)> work,
+                       const char* name);
   char* grad_ptr(char* base, size_t elements) const;
 
   // Stage 3 window (partition_fetch.cc).
   Status fetch_stage3(int unit);
-  Status gather_into_slot(int unit, int slot, bool prefetch);
+  // again: a second copy of a fetched unit, which release makes its copy (next_slot_).
+  Status gather_into_slot(int unit, int slot, bool prefetch, bool again = false);
+  void drop_slot(int slot);  // forgets a slot's unit (a prefetch, or a copy not fetched)
   int find_free_slot() const;
   void prefetch_after(int unit);
   void note_fetch_order(int unit);
   void update_window_peaks();
   size_t unit_gather_bytes(int unit) const;
+  void forget_window();  // drops every copy not fetched (its parameters are about to change)
+  Status convert_shard_segment(int segment);
+  Status flush_shard_conversions();
 
   // The all-or-nothing step (partition_step.cc).
   Status check_step_ready();
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
   void take_backup();
+  void start_backup();
+  Status settle_backup();
   void restore_backup();
   Status publish_params();
   void rederive_params();
@@ -173,6 +185,9 @@ class PartitionManager {
   float* optimizer_grad_ = nullptr;
   float* backup_master_ = nullptr;    // step_backup: master before the optimizer
   std::vector<float*> backup_state_;  // step_backup: each state slot before it
+  // The backup equals master and state (taken, or its copy enqueued, since they last changed).
+  bool backup_current_ = false;
+  bool backup_in_flight_ = false;  // its copy is enqueued on the all-gather stream
 
   std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here
@@ -180,6 +195,13 @@ class PartitionManager {
 
   Stream* ag_stream_ = nullptr;
   Stream* rs_stream_ = nullptr;
+  // Host buckets: copies the gradient window into the buckets on the progress thread, so that
+  // grad_ready returns at once; the reduce-scatter stream waits for copy_event_ before each
+  // bucket's reduction, grad_data for the window to be read (partition_grads.cc).
+  Stream* copy_stream_ = nullptr;
+  Event* copy_event_ = nullptr;
+  bool window_busy_ = false;            // copies out of the gradient window may still be running
+  bool copies_unwaited_ = false;        // copies into a bucket no reduction has waited for yet
   std::vector<Event*> segment_events_;  // stages 1/2: after each segment's post-step gather
   Event* persistent_event_ = nullptr;   // stage 3: after the persistent segment's gather
   std::vector<Event*> bucket_events_;   // after each bucket's reduction and accumulation
@@ -195,7 +217,12 @@ class PartitionManager {
   // Per unit state.
   std::vector<uint8_t> fetched_;
   std::vector<uint8_t> signalled_;
-  std::vector<int> slot_of_;  // stage 3: window slot holding the unit, or -1
+  std::vector<int> slot_of_;    // stage 3: window slot holding the unit, or -1
+  std::vector<int> next_slot_;  // stage 3: slot of a fetched unit's second copy, or -1
+  // Stage 3: per segment, the parameter shard still holds the parameters before the last step
+  // (publishing converts each unit's master slice on the all-gather stream just before its first
+  // gather, so the conversion overlaps the framework's compute instead of ending the step).
+  std::vector<uint8_t> shard_stale_;
 
   // Stage 3 window.
   std::vector<Slot> slots_;
@@ -221,6 +248,9 @@ class PartitionManager {
   std::vector<int> pending_;         // per segment: units still to signal
   std::vector<int> bucket_of_;       // per segment: bucket index, or -1
   std::vector<int> bucket_segment_;  // per bucket: segment, or -1
+  // Stages 2/3, per segment: the gradient shard's slice holds the previous step's gradients, so
+  // the first reduction after a step overwrites it instead of adding (no clearing pass).
+  std::vector<uint8_t> grad_fresh_;
   int next_bucket_ = 0;
   int64_t step_ = 0;
   double norm_buffer_[2] = {0, 0};

@@ -1,21 +1,37 @@
 // The optimizer step and the cross-shard gradient helpers.
 //
 // step: wait for every reduction, hand the f32 shard (master, gradient, state, piece map) to
-// the framework's optimizer once, then publish the new parameters: stage 0 converts the whole
-// master into the parameters; stages 1/2 convert the owned slice of every segment in place in
-// the full parameter buffer and all-gather each segment in place on the all-gather stream,
-// first units first, each with an event that fetch waits on (so the next forward starts as soon
-// as its first unit is back); stage 3 converts the master into the parameter shard and
-// re-gathers the persistent segment. Finally the gradients are cleared for the next step.
+// the framework's optimizer once, then publish the new parameters and return without waiting
+// for them: stage 0 converts the whole master into the parameters; stages 1/2 enqueue, per
+// segment on the all-gather stream, the conversion of the owned slice (a host function on the
+// progress thread) and the in-place all-gather, first units first, each with an event that
+// fetch waits on (so the next forward starts as soon as its first unit is back, and the
+// conversions run while it computes); stage 3 marks the parameter shard stale (each unit's
+// slice is converted just ahead of its next gather, partition_fetch.cc) and re-gathers the
+// persistent segment. The gradient shard is not cleared: the next step's first reductions
+// overwrite it (partition_grads.cc).
+//
+// The step backup (step_backup = 1) copies master and state before the optimizer. It does not
+// change between steps, so the copy is enqueued on the all-gather stream when the first fetch
+// after master or state changed has its unit (start_backup), in pieces so the progress thread
+// serves the other streams between them, and runs while the framework computes; the step finds
+// it done when it has waited for the streams. On the all-gather stream it comes after the
+// gathers already queued (stages 1/2: every bucket of the forward; stage 3: the first unit and
+// its prefetches) and delays only later ones, which the prefetch depth leaves time for; run
+// beside the gathers instead, it slows each of them by its whole length. load_param and
+// restore_checkpoint, which rewrite master, wait for a copy in flight and mark the backup out of
+// date; the step then takes it itself, as it does when no fetch came before it.
 //
 // All or nothing. A step that fails must leave every rank where it was before the call, so the
 // framework can checkpoint or retry; a rank that updated while a peer did not would silently
 // diverge. The step therefore has three phases with a vote between each:
-//   1. Prepare (local): usage checks, wait for the reductions, and in stage 3 for the gathers
-//      still reading the parameter shard. Nothing is written. Vote 1: a max over every rank's
+//   1. Prepare (local): usage checks, wait for the reductions (and the backup's copy), and for
+//      the last step's conversions and gathers still reading master or the parameters.
+//      Nothing is written. Vote 1: a max over every rank's
 //      status code (N int32, reduce + broadcast). Any failure: every rank returns before its
 //      optimizer, naming the ranks that failed.
-//   2. Optimize: copy master + state into the backup (step_backup), run the callback. Vote 2:
+//   2. Optimize: copy master + state into the backup (step_backup) unless the copy started at
+//      the first fetch has already made it, run the callback. Vote 2:
 //      the same exchange. Any callback failed: every rank restores from its backup and
 //      returns the lowest failing rank's status, naming all of them. The vote itself failing
 //      means the communicator broke (a peer died, an abort): restore locally and return that.
@@ -26,6 +42,7 @@
 // one rank. Without a backup, phase 2 failures cannot be undone: every rank still stops before
 // publishing (no rank waits in a gather a failed peer never joins), and zrt.h tells the framework
 // to reload a checkpoint.
+#include <algorithm>
 #include <cmath>
 
 #include "collectives/collectives.h"
@@ -83,12 +100,11 @@ Status PartitionManager::check_step_ready() {
     }
   }
   ZRT_RETURN_IF_ERROR(finish_reductions());
-  if (options_.stage == 3) {
-    // No gather of this rank's shard may be reading it when publishing rewrites it.
-    ZRT_RETURN_IF_ERROR(
-        ag_stream_->synchronize().with_context("waiting for the gathers of the parameter shard"));
-  }
-  return Status::ok();
+  ZRT_RETURN_IF_ERROR(settle_backup().with_context("waiting for the step backup's copy"));
+  // The optimizer rewrites master, and publishing the parameters: no conversion of the last
+  // step may still be reading master, no gather reading the parameters.
+  return ag_stream_->synchronize().with_context(
+      "waiting for the last step's parameter conversions and gathers");
 }
 
 Status PartitionManager::exchange_codes(zrt_status_t mine, const char* what,
@@ -121,9 +137,45 @@ Status PartitionManager::exchange_codes(zrt_status_t mine, const char* what,
 
 void PartitionManager::take_backup() {
   const size_t bytes = layout_.shard_numel() * sizeof(float);
-  if (backup_master_ == nullptr || bytes == 0) return;
+  if (backup_master_ == nullptr || bytes == 0 || backup_current_) return;
   ops_->copy(backup_master_, master_, bytes);
   for (size_t i = 0; i < state_.size(); ++i) ops_->copy(backup_state_[i], state_[i], bytes);
+  backup_current_ = true;
+}
+
+void PartitionManager::start_backup() {
+  const size_t count = layout_.shard_numel();
+  if (backup_master_ == nullptr || count == 0 || backup_current_ || backup_in_flight_) return;
+  ElementOps* ops = ops_.get();
+  auto enqueue_copy = [&](float* to, const float* from) {
+    return run_piecewise(
+        *ag_stream_, count,
+        [ops, to, from](size_t begin, size_t n) {
+          ops->copy(to + begin, from + begin, n * sizeof(float));
+        },
+        "partition: step backup");
+  };
+  backup_in_flight_ = true;  // even a partial enqueue must be waited for before master changes
+  Status status = enqueue_copy(backup_master_, master_);
+  for (size_t i = 0; i < state_.size() && status.is_ok(); ++i) {
+    status = enqueue_copy(backup_state_[i], state_[i]);
+  }
+  // A refused enqueue (a failed stream) leaves the backup out of date: the step, which reports
+  // that stream's error first, would take it itself.
+  backup_current_ = status.is_ok();
+}
+
+Status PartitionManager::settle_backup() {
+  if (!backup_in_flight_) return Status::ok();
+  const Status status = ag_stream_->synchronize();
+  if (!status.is_ok()) {
+    // Its copies may not have run: the backup is out of date. Still in flight until a wait
+    // succeeds, since the copies might yet run.
+    backup_current_ = false;
+    return status;
+  }
+  backup_in_flight_ = false;
+  return Status::ok();
 }
 
 void PartitionManager::restore_backup() {
@@ -131,6 +183,7 @@ void PartitionManager::restore_backup() {
   if (backup_master_ == nullptr || bytes == 0) return;
   ops_->copy(master_, backup_master_, bytes);
   for (size_t i = 0; i < state_.size(); ++i) ops_->copy(state_[i], backup_state_[i], bytes);
+  backup_current_ = true;
 }
 
 // Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
@@ -146,12 +199,23 @@ Status PartitionManager::publish_params() {
   }
   if (options_.stage <= 2) {
     // Last segments hold the first units (buckets are in backward order): publish them first.
+    ElementOps* ops = ops_.get();
     for (int s = static_cast<int>(segments.size()) - 1; s >= 0; --s) {
       const Segment& seg = segments[s];
       char* full = param_ptr(full_params_, segment_start(s));
       char* owned = param_ptr(full, static_cast<size_t>(rank_) * seg.slice);
-      ops_->convert(ZRT_F32, master_ + seg.shard_offset, pdt, owned, seg.slice);
-      if (size_ > 1) {
+      const float* master = master_ + seg.shard_offset;
+      if (size_ == 1) {
+        ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
+      } else {
+        // On the stream, ahead of the gather that sends it.
+        const size_t p_size = p_size_;
+        ZRT_RETURN_IF_ERROR(run_piecewise(
+            *ag_stream_, seg.slice,
+            [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
+              ops->convert(ZRT_F32, master + begin, pdt, owned + begin * p_size, count);
+            },
+            "partition: convert master to the owned parameter slice"));
         CollectiveArgs ag;
         ag.kind = ZRT_COLL_ALL_GATHER;
         ag.sendbuf = owned;
@@ -167,10 +231,14 @@ Status PartitionManager::publish_params() {
     }
     return Status::ok();
   }
-  ops_->convert(ZRT_F32, master_, pdt, param_shard_, layout_.shard_numel());
+  // Stage 3: every unit's slice of the parameter shard is converted just ahead of its next
+  // gather; units still in the window hold the old parameters.
+  forget_window();
   const int p = layout_.persistent_segment();
+  for (size_t s = 0; s < segments.size(); ++s) shard_stale_[s] = static_cast<int>(s) != p;
   if (p >= 0) {
     const Segment& seg = segments[p];
+    ZRT_RETURN_IF_ERROR(convert_shard_segment(p));
     CollectiveArgs ag;
     ag.kind = ZRT_COLL_ALL_GATHER;
     ag.sendbuf = param_ptr(param_shard_, seg.shard_offset);
@@ -205,6 +273,7 @@ void PartitionManager::rederive_params() {
     }
   } else {
     ops_->convert(ZRT_F32, master_, pdt, param_shard_, layout_.shard_numel());
+    std::fill(shard_stale_.begin(), shard_stale_.end(), 0);
   }
 }
 
@@ -264,8 +333,9 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   args.pieces = pieces_.data();
   args.num_pieces = pieces_.size();
   args.step = next;
-  take_backup();
+  take_backup();  // unless start_backup's copy already made it
   const zrt_status_t code = optimizer(&args, user_data);
+  backup_current_ = false;
   const bool backed_up = backup_master_ != nullptr;
   const char* undo = backed_up ? "master and optimizer state were restored"
                                : "step_backup is 0: master and optimizer state are as the "
@@ -296,9 +366,10 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
           "the update, reload a checkpoint)",
           next));
     }
-    restore_backup();
-    // Gathers enqueued before the failure may still read the owned slices being re-derived.
+    // Conversions and gathers enqueued before the failure may still read master and the owned
+    // slices being restored and re-derived.
     const Status drained = ag_stream_->synchronize();
+    restore_backup();
     rederive_params();
     return published.with_context(fmt::format(
         "step {}: publishing the updated parameters failed; master, state and this rank's "
@@ -307,9 +378,10 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   }
   ++step_;
 
-  // Clear the gradients for the next step (the reductions have all finished).
+  // Clear the gradients for the next step (the reductions have all finished); the gradient
+  // shard is overwritten by the next step's first reduction of each segment instead.
   if (full_grads_ != nullptr) ops_->zero(full_grads_, plan_.full_grads * g_size_);
-  if (grad_shard_ != nullptr) ops_->zero(grad_shard_, plan_.grad_shard * g_size_);
+  std::fill(grad_fresh_.begin(), grad_fresh_.end(), 1);
   reduced_since_step_ = false;
   grads_prepared_ = false;
   if (recording_) {
