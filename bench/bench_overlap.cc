@@ -1,16 +1,32 @@
 // Overlap benchmark: how much of the partition manager's communication hides behind compute.
 //
 // A synthetic model of `units` units of `numel` f32 elements each is trained on 2 forked ranks
-// at stage 2 and stage 3. The per-unit compute is a sleep (what a GPU kernel looks like to the
-// host: time passes, the CPU is free), the same before and after each unit's gradients. Three
-// figures per stage, medians over the timed steps:
-//   comm     the step with zero compute: fetch/release, gradient hand-off, reductions, step;
-//   compute  the sleeps alone (units x (forward + backward) x per-unit time);
+// at stage 2 and stage 3. The framework's work per step is a sleep per unit before and after its
+// gradients (what a GPU kernel looks like to the host: time passes, the CPU is free), writing
+// each unit's gradient (a fill of numel floats) and an SGD optimizer over the local shard.
+// Three figures per stage, medians over the timed steps:
+//   comm     a step without sleeps, less the framework's own work in it (gradient writes and
+//            optimizer): the time zrt's calls take when there is nothing to hide them behind;
+//   compute  the framework's work alone, with no zrt call: the sleeps, the gradient writes and
+//            the optimizer on a shard-sized buffer, measured;
 //   step     both together.
-// The per-unit compute is set so that compute equals comm (balanced), the hardest case for
-// overlap; the target is step <= 1.15 x max(compute, comm).
+// A calibration run first sets the sleeps so that compute equals comm (balanced), the hardest
+// case for overlap; the target is step <= 1.15 x max(compute, comm). The three kinds of step
+// are then timed in turn, round after round (each kind two steps, the second timed), so that
+// load from elsewhere on the machine falls on all three alike. Each step ends at a barrier the
+// bench waits for, which lines the ranks up for the next; a step's time runs until that barrier has
+// passed, so work zrt leaves running when a step returns counts in it. Every figure is the slowest
+// rank's median.
 //
-// Usage: bench_overlap [units] [numel] [steps]   (defaults 8, 2097152, 6)
+// BENCH_OVERLAP_TIMELINE=1 prints, for rank 0's median step of each run, every call of the
+// training thread with its start and duration, and the total per kind of call.
+//
+// The optimizer is plain SGD, so the managers are configured with no optimizer state slots
+// (optimizer_slots 0; the fourth argument sets another count, e.g. 2 to carry Adam's state
+// through the step backup without using it). Every other setting is the default but those the
+// model needs: prefetch depth 2, no persistent parameters, buckets of half a unit.
+//
+// Usage: bench_overlap [units] [numel] [steps] [optimizer_slots]   (defaults 8, 2097152, 10, 0)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,23 +54,21 @@ using Clock = std::chrono::steady_clock;
     }                                                                                              \
   } while (0)
 
-zrt_status_t sgd(const zrt_optimizer_args_t* args, void*) {
-  for (size_t i = 0; i < args->count; ++i) args->master[i] -= 1e-3f * args->grad[i];
-  return ZRT_SUCCESS;
-}
-
 struct Model {
-  zrt_partition_t pm = nullptr;
+  zrt_partition_t pm = nullptr;  // null: the framework's work alone, without zrt
+  int units = 0;
   std::vector<int> params;
 };
 
-Model build(zrt_comm_t comm, int stage, int units, size_t numel) {
+Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
+  config.optimizer_slots = slots;
   config.prefetch_depth = 2;
   config.persistence_threshold = 0;
   config.bucket_bytes = numel * 4 / 2;  // two buckets per unit
   Model m;
+  m.units = units;
   CHECK_ZRT(zrt_partition_create(comm, &config, &m.pm));
   for (int u = 0; u < units; ++u) {
     int unit = 0, param = 0;
@@ -72,74 +86,236 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-double train_step(Model& m, size_t numel, std::chrono::microseconds compute) {
+// Every call of the training thread is timed (two clock reads a call, outside zrt): the
+// framework's share of a step comes from it, and BENCH_OVERLAP_TIMELINE=1 prints it.
+struct Span {
+  const char* what;
+  int unit;
+  double start_ms, ms;
+};
+
+struct Timeline {
+  bool on = false;
+  Clock::time_point origin;
+  std::vector<Span> spans;
+  template <typename F>
+  void time(const char* what, int unit, F&& body) {
+    if (!on) {
+      body();
+      return;
+    }
+    const auto start = Clock::now();
+    body();
+    spans.push_back({what, unit, std::chrono::duration<double, std::milli>(start - origin).count(),
+                     ms_since(start)});
+  }
+};
+
+// The framework's optimizer: plain SGD on the shard (user_data: the timeline).
+zrt_status_t sgd(const zrt_optimizer_args_t* args, void* user_data) {
+  static_cast<Timeline*>(user_data)->time("  optimizer", -1, [args] {
+    for (size_t i = 0; i < args->count; ++i) args->master[i] -= 1e-3f * args->grad[i];
+  });
+  return ZRT_SUCCESS;
+}
+
+void print_timeline(const std::vector<Span>& spans, double step_ms) {
+  std::printf("  timeline of the median step (rank 0, ms from its start):\n");
+  std::vector<std::pair<std::string, double>> totals;
+  for (const Span& s : spans) {
+    if (s.unit >= 0) {
+      std::printf("    %8.2f %7.2f  %s %d\n", s.start_ms, s.ms, s.what, s.unit);
+    } else {
+      std::printf("    %8.2f %7.2f  %s\n", s.start_ms, s.ms, s.what);
+    }
+    auto it = std::find_if(totals.begin(), totals.end(),
+                           [&](const auto& t) { return t.first == s.what; });
+    if (it == totals.end()) {
+      totals.emplace_back(s.what, s.ms);
+    } else {
+      it->second += s.ms;
+    }
+  }
+  double accounted = 0;
+  std::printf("  per kind:");
+  for (const auto& [what, ms] : totals) {
+    std::printf(" %s %.1f,", what.c_str(), ms);
+    if (what[0] != ' ') accounted += ms;  // indented: inside another call (the step)
+  }
+  std::printf(" other %.1f (step %.1f ms)\n", step_ms - accounted, step_ms);
+}
+
+// What the framework does in a step besides calling zrt (and the sleeps): a gradient fill per
+// unit, then the optimizer.
+void write_grad(void* grad, size_t numel) {
+  std::fill_n(static_cast<float*>(grad), numel, 1e-3f);
+}
+
+// One step. With m.pm null, the framework's work alone: the same sleeps, fills of a gradient
+// buffer of its own and the optimizer over a shard of its own (`scratch`).
+double train_step(Model& m, size_t numel, std::chrono::microseconds compute, Timeline& tl,
+                  std::vector<float>& scratch) {
   const auto start = Clock::now();
-  static const bool verbose = std::getenv("BENCH_OVERLAP_VERBOSE") != nullptr;
-  const int units = static_cast<int>(m.params.size());
+  tl.origin = start;
+  tl.spans.clear();
+  const bool zrt = m.pm != nullptr;
+  const int units = m.units;
   for (int u = 0; u < units; ++u) {
-    CHECK_ZRT(zrt_partition_fetch(m.pm, u));
-    std::this_thread::sleep_for(compute);
-    CHECK_ZRT(zrt_partition_release(m.pm, u));
+    if (zrt) tl.time("fetch", u, [&] { CHECK_ZRT(zrt_partition_fetch(m.pm, u)); });
+    tl.time("compute", u, [&] { std::this_thread::sleep_for(compute); });
+    if (zrt) tl.time("release", u, [&] { CHECK_ZRT(zrt_partition_release(m.pm, u)); });
   }
-  const double forward_ms = ms_since(start);
   for (int u = units - 1; u >= 0; --u) {
-    CHECK_ZRT(zrt_partition_fetch(m.pm, u));
-    std::this_thread::sleep_for(compute);
-    void* grad = nullptr;
-    CHECK_ZRT(zrt_partition_grad_data(m.pm, m.params[u], &grad));
-    std::fill_n(static_cast<float*>(grad), numel, 1e-3f);
-    CHECK_ZRT(zrt_partition_grad_ready(m.pm, u));
-    CHECK_ZRT(zrt_partition_release(m.pm, u));
+    if (zrt) tl.time("fetch", u, [&] { CHECK_ZRT(zrt_partition_fetch(m.pm, u)); });
+    tl.time("compute", u, [&] { std::this_thread::sleep_for(compute); });
+    tl.time("write_grad", u, [&] {
+      void* grad = scratch.data();
+      if (zrt) CHECK_ZRT(zrt_partition_grad_data(m.pm, m.params[u], &grad));
+      write_grad(grad, numel);
+    });
+    if (zrt) tl.time("grad_ready", u, [&] { CHECK_ZRT(zrt_partition_grad_ready(m.pm, u)); });
+    if (zrt) tl.time("release", u, [&] { CHECK_ZRT(zrt_partition_release(m.pm, u)); });
   }
-  const double backward_ms = ms_since(start) - forward_ms;
-  CHECK_ZRT(zrt_partition_step(m.pm, sgd, nullptr));
-  if (verbose) {
-    std::printf("  forward %.1f ms, backward %.1f ms, step %.1f ms\n", forward_ms, backward_ms,
-                ms_since(start) - forward_ms - backward_ms);
+  if (zrt) {
+    tl.time("step", -1, [&] { CHECK_ZRT(zrt_partition_step(m.pm, sgd, &tl)); });
+  } else {
+    // Master and gradient of the shard (units x numel / 2 each), as the optimizer sees them.
+    const size_t shard = static_cast<size_t>(units) * numel / 2;
+    zrt_optimizer_args_t args{};
+    args.size = sizeof(args);
+    args.master = scratch.data();
+    args.grad = scratch.data() + shard;
+    args.count = shard;
+    sgd(&args, &tl);
   }
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return ms_since(start);
 }
 
-double median_step(zrt_comm_t comm, Model& m, size_t numel, std::chrono::microseconds compute,
-                   int steps) {
+// Milliseconds of the step the framework's own work took (gradient writes and optimizer).
+double framework_ms(const std::vector<Span>& spans) {
+  double ms = 0;
+  for (const Span& s : spans) {
+    if (std::strcmp(s.what, "write_grad") == 0 || std::strcmp(s.what, "  optimizer") == 0) {
+      ms += s.ms;
+    }
+  }
+  return ms;
+}
+
+struct Figure {
+  double step_ms;       // the slowest rank's median step
+  double framework_ms;  // in that rank's median step: gradient writes and optimizer
+};
+
+// One kind of step the bench times: a model (or the framework alone) with a sleep per unit.
+struct Kind {
+  Model* model;
+  std::chrono::microseconds compute;
+  bool print;  // BENCH_OVERLAP_TIMELINE: rank 0 prints the median step's timeline
   std::vector<double> times;
-  for (int s = 0; s < steps + 2; ++s) {
-    CHECK_ZRT(zrt_barrier(comm, nullptr));
-    const double t = train_step(m, numel, compute);
-    if (s >= 2) times.push_back(t);  // the first steps record the fetch order and warm up
+  std::vector<std::vector<Span>> timelines;
+};
+
+// Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
+// every kind in turn (the second timed), so that every kind sees the machine in the same state,
+// and returns per kind the slowest rank's median. `sync` is a stream of the bench's own:
+// collectives return at once, so the barrier that ends each step (and lines the ranks up for the
+// next) and the exchange of the results are waited for on it.
+std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind> kinds,
+                            size_t numel, int rounds, std::vector<float>& scratch) {
+  Timeline tl;
+  tl.on = true;  // the framework's share of the step is read from the spans
+  auto barrier = [&] {
+    CHECK_ZRT(zrt_barrier(comm, sync));
+    CHECK_ZRT(zrt_stream_synchronize(sync));
+  };
+  barrier();
+  for (int r = 0; r < rounds + 2; ++r) {
+    for (Kind& kind : kinds) {
+      // Two steps of a kind: the first takes over what the previous kind's last step left
+      // running (post-step gathers, the backup's copy) and is not timed.
+      for (int s = 0; s < 2; ++s) {
+        // A step counts until the barrier after it: work zrt left running when the step
+        // returned would otherwise hide in the barrier's wait.
+        train_step(*kind.model, numel, kind.compute, tl, scratch);
+        tl.time("barrier", -1, barrier);
+      }
+      if (r < 2) continue;
+      kind.times.push_back(ms_since(tl.origin));
+      kind.timelines.push_back(tl.spans);
+    }
   }
-  std::sort(times.begin(), times.end());
-  // Every rank reports the slowest rank's median.
-  double value = times[times.size() / 2];
-  CHECK_ZRT(zrt_all_reduce(comm, &value, &value, 1, ZRT_F64, ZRT_MAX, nullptr));
-  return value;
+  static const bool show = std::getenv("BENCH_OVERLAP_TIMELINE") != nullptr;
+  std::vector<double> mine;
+  for (Kind& kind : kinds) {
+    std::vector<size_t> order(kind.times.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return kind.times[a] < kind.times[b]; });
+    const size_t median = order[order.size() / 2];
+    if (kind.print && show) print_timeline(kind.timelines[median], kind.times[median]);
+    mine.push_back(kind.times[median]);
+    mine.push_back(framework_ms(kind.timelines[median]));
+  }
+  // Every rank reports the slowest rank's median (and that rank's framework share).
+  std::vector<double> all(2 * mine.size());
+  CHECK_ZRT(zrt_all_gather(comm, mine.data(), all.data(), mine.size(), ZRT_F64, sync));
+  CHECK_ZRT(zrt_stream_synchronize(sync));
+  std::vector<Figure> figures;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const double* a = &all[2 * k];
+    const double* b = &all[mine.size() + 2 * k];
+    figures.push_back(a[0] >= b[0] ? Figure{a[0], a[1]} : Figure{b[0], b[1]});
+  }
+  return figures;
 }
 
-void rank_main(int units, size_t numel, int steps) {
+void rank_main(int units, size_t numel, int steps, int slots) {
   zrt_comm_t comm = nullptr;
   CHECK_ZRT(zrt_comm_init_env(nullptr, &comm));
   int rank = 0;
   CHECK_ZRT(zrt_comm_rank(comm, &rank));
+  zrt_stream_t sync = nullptr;  // created first on every rank, before the managers' streams
+  CHECK_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &sync));
+  // The gradient window of the compute-only run, then master and gradient of its shard.
+  std::vector<float> scratch(std::max(numel, static_cast<size_t>(units) * numel), 0.01f);
+  using us = std::chrono::microseconds;
   for (int stage : {2, 3}) {
-    Model m = build(comm, stage, units, numel);
-    const double comm_ms = median_step(comm, m, numel, std::chrono::microseconds(0), steps);
-    // Balanced: the sleeps add up to the communication-only step.
-    const auto per_unit =
-        std::chrono::microseconds(static_cast<int64_t>(comm_ms * 1000.0 / (2.0 * units)));
-    const double compute_ms = 2.0 * units * static_cast<double>(per_unit.count()) / 1000.0;
-    const double step_ms = median_step(comm, m, numel, per_unit, steps);
+    Model m = build(comm, stage, units, numel, slots);
+    Model alone;
+    alone.units = units;
+    const bool print = rank == 0;
+    // Calibration: comm is a step without sleeps, less the framework's own work in it; the
+    // sleeps make up what the framework's own work leaves of it (balanced).
+    const std::vector<Figure> calibration =
+        measure(comm, sync, {{&m, us(0), false, {}, {}}, {&alone, us(0), false, {}, {}}}, numel,
+                steps, scratch);
+    const double sleep_ms = std::max(
+        0.0, calibration[0].step_ms - calibration[0].framework_ms - calibration[1].step_ms);
+    const us per_unit(static_cast<int64_t>(sleep_ms * 1000.0 / (2.0 * units)));
+    // The figures: the three kinds of step taken in turn.
+    const std::vector<Figure> figures = measure(comm, sync,
+                                                {{&m, us(0), print, {}, {}},
+                                                 {&alone, per_unit, false, {}, {}},
+                                                 {&m, per_unit, print, {}, {}}},
+                                                numel, steps, scratch);
+    const double comm_ms = figures[0].step_ms - figures[0].framework_ms;
+    const double compute_ms = figures[1].step_ms;
+    const double step_ms = figures[2].step_ms;
     const double bound = std::max(compute_ms, comm_ms);
     if (rank == 0) {
       std::printf(
-          "stage %d, 2 ranks, %d units x %zu f32: comm alone %.1f ms, compute alone "
-          "%.1f ms, step %.1f ms, step / max(compute, comm) = %.3f (target <= 1.15), "
-          "step / (compute + comm) = %.3f\n",
-          stage, units, numel, comm_ms, compute_ms, step_ms, step_ms / bound,
-          step_ms / (compute_ms + comm_ms));
+          "stage %d, 2 ranks, %d units x %zu f32, %d state slots: comm alone %.1f ms, compute "
+          "alone %.1f ms (sleeps %.1f + framework work %.1f), step %.1f ms, step / max(compute, "
+          "comm) = %.3f (target <= 1.15), step / (compute + comm) = %.3f\n",
+          stage, units, numel, slots, comm_ms, compute_ms,
+          2.0 * units * static_cast<double>(per_unit.count()) / 1000.0, calibration[1].step_ms,
+          step_ms, step_ms / bound, step_ms / (compute_ms + comm_ms));
       std::fflush(stdout);
     }
     CHECK_ZRT(zrt_partition_destroy(m.pm));
   }
+  CHECK_ZRT(zrt_stream_destroy(sync));
   CHECK_ZRT(zrt_comm_destroy(comm));
 }
 
@@ -152,7 +328,8 @@ int free_port() {
 int main(int argc, char** argv) {
   const int units = argc > 1 ? std::atoi(argv[1]) : 8;
   const size_t numel = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : (size_t{1} << 21);
-  const int steps = argc > 3 ? std::atoi(argv[3]) : 6;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 10;
+  const int slots = argc > 4 ? std::atoi(argv[4]) : 0;
   const int ranks = 2;
   const std::string port = std::to_string(free_port());
   const std::string token = "bench-overlap-" + std::to_string(getpid());
@@ -167,7 +344,7 @@ int main(int argc, char** argv) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv("ZRT_JOB_TOKEN", token.c_str(), 1);
-      rank_main(units, numel, steps);
+      rank_main(units, numel, steps, slots);
       std::fflush(stdout);
       _exit(0);
     }
