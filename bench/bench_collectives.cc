@@ -36,8 +36,6 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/reduce/reduce_kernels.h"
-#include "collectives/stream_copy.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/engine/engine.h"
 #include "transports/transport.h"
@@ -88,64 +86,6 @@ void check(const zrt::Status& status, const char* what) {
     std::fprintf(stderr, "bench_collectives: %s: %s\n", what, status.message().c_str());
     std::exit(1);
   }
-}
-
-// The memory traffic of a window ring on this rank alone, no communication: the chunks it would
-// write into its neighbour's slots go to a private ring of slots of the same size, and the
-// chunks it would read from its inbox are read from there. Run by every rank at once (as the
-// collective is), its time is the roof of the collective on this memory system: what any
-// implementation that moves each byte the fewest times could reach. Seconds per call.
-double roof_seconds(zrt_coll_kind_t kind, bool in_place, int rank, int size, size_t elements,
-                    char* input, char* output, std::vector<char>& slots) {
-  constexpr size_t kChunk = size_t{256} << 10;
-  constexpr size_t kSlots = 8;
-  const size_t block_bytes = elements / size * sizeof(float);
-  size_t unit = 0;
-  auto slot = [&](size_t u) { return slots.data() + (u % kSlots) * kChunk; };
-  auto block = [&](char* base, int b) {
-    return base + static_cast<size_t>((b + size) % size) * block_bytes;
-  };
-  auto reduce_scatter = [&](char* in, char* out) {
-    for (size_t at = 0; at < block_bytes; at += kChunk) {
-      const size_t bytes = std::min(kChunk, block_bytes - at);
-      std::memcpy(slot(unit), block(in, rank - 1) + at, bytes);
-      for (int k = 0; k < size - 1; ++k, ++unit) {
-        const bool last = k == size - 2;
-        char* to = last ? out + at : slot(unit + 1);
-        zrt::reduce_elements(ZRT_F32, zrt::ReduceOp::kSum, slot(unit), block(in, rank - 2 - k) + at,
-                             to, bytes / sizeof(float), 1.0, 1.0,
-                             last && to != block(in, rank) + at);
-      }
-    }
-  };
-  auto all_gather = [&](const char* own, char* out) {
-    for (size_t at = 0; at < block_bytes; at += kChunk) {
-      const size_t bytes = std::min(kChunk, block_bytes - at);
-      std::memcpy(slot(unit), own + at, bytes);
-      if (own != block(out, rank)) zrt::stream_copy(block(out, rank) + at, own + at, bytes);
-      for (int k = 0; k < size - 1; ++k, ++unit) {
-        if (k < size - 2) std::memcpy(slot(unit + 1), slot(unit), bytes);
-        zrt::stream_copy(block(out, rank - k - 1) + at, slot(unit), bytes);
-      }
-    }
-  };
-  const int iterations = 5;
-  const auto start = Clock::now();
-  for (int i = 0; i < iterations; ++i) {
-    switch (kind) {
-      case ZRT_COLL_REDUCE_SCATTER:
-        reduce_scatter(input, in_place ? block(input, rank) : output);
-        break;
-      case ZRT_COLL_ALL_GATHER:
-        all_gather(in_place ? block(output, rank) : input, output);
-        break;
-      default:  // all-reduce in place: reduce-scatter into the own block, then all-gather
-        reduce_scatter(output, block(output, rank));
-        all_gather(block(output, rank), output);
-        break;
-    }
-  }
-  return std::chrono::duration<double>(Clock::now() - start).count() / iterations;
 }
 
 double memcpy_gbps(size_t bytes) {
@@ -281,7 +221,6 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
   std::vector<float> seed(max_bytes / 4);
   for (size_t i = 0; i < seed.size(); ++i) seed[i] = static_cast<float>(i % 7);
   std::memcpy(input.data(), seed.data(), max_bytes);
-  std::vector<char> slots(size_t{8} << 18, 0);  // the roof's slot ring (8 x 256 KiB)
 
   auto barrier = [&] {
     zrt::CollectiveArgs args;
@@ -290,9 +229,8 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
     check(stream->synchronize(), "barrier");
   };
   if (rank == 0) {
-    std::printf("%-22s %6s %10s %8s %12s %10s %12s %10s %10s %8s\n", "collective", "MiB", "time_us",
-                "busbw", "memcpy_GB/s", "vs_memcpy", "memcpyN_GB/s", "vs_memcpyN", "roof_busbw",
-                "vs_roof");
+    std::printf("%-22s %6s %10s %8s %12s %10s %12s %10s\n", "collective", "MiB", "time_us", "busbw",
+                "memcpy_GB/s", "vs_memcpy", "memcpyN_GB/s", "vs_memcpyN");
   }
   for (size_t mib = 1; mib <= max_mib; mib *= 4) {
     const size_t bytes = mib << 20;
@@ -356,10 +294,6 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
           continue;
         }
         barrier();
-        const double roof =
-            roof_seconds(variant.kind, variant.in_place, rank, size, elements, in, out, slots);
-        const double roof_busbw = static_cast<double>(bytes) / roof / 1e9 * variant.factor;
-        barrier();
         int iterations = std::max(10, static_cast<int>(256 / mib));
         const auto start = Clock::now();
         for (int i = 0; i < iterations; ++i) {
@@ -370,10 +304,9 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
         const double per_call = seconds / iterations;
         const double busbw = static_cast<double>(bytes) / per_call / 1e9 * variant.factor;
         if (rank == 0) {
-          std::printf("%-22s %6zu %10.1f %8.2f %12.2f %9.0f%% %12.2f %9.0f%% %10.2f %7.0f%%\n",
-                      variant.name, mib, per_call * 1e6, busbw, memcpy_rate,
-                      100.0 * busbw / memcpy_rate, concurrent_rate, 100.0 * busbw / concurrent_rate,
-                      roof_busbw, 100.0 * busbw / roof_busbw);
+          std::printf("%-22s %6zu %10.1f %8.2f %12.2f %9.0f%% %12.2f %9.0f%%\n", variant.name, mib,
+                      per_call * 1e6, busbw, memcpy_rate, 100.0 * busbw / memcpy_rate,
+                      concurrent_rate, 100.0 * busbw / concurrent_rate);
           std::fflush(stdout);
         }
       }
