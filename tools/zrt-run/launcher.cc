@@ -7,7 +7,8 @@
 // into events of the same loop, so there are no signal handlers and nothing spins.
 //
 // Failure policy: the first rank that exits non-zero or dies by a signal is reported by number;
-// every other rank's process group gets SIGTERM, and SIGKILL after the grace period. SIGINT
+// every other rank's process group gets SIGTERM (after a 300 ms settle in which ranks that fail
+// alike end on their own), and SIGKILL after the grace period. SIGINT
 // and SIGTERM sent to zrt-run are forwarded to every rank the same way. After the last rank
 // exits, output still in the pipes is drained (bounded, in case a rank left children holding
 // them).
@@ -42,6 +43,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(2000);
+constexpr auto kSettle = std::chrono::milliseconds(300);  // see Job::term_at_
 
 // Variables the launcher sets, plus those that would outrank them in read_env_ranks.
 const std::set<std::string> kReplacedVariables = {
@@ -130,6 +132,10 @@ class Job {
   bool terminating_ = false;
   bool killed_ = false;
   Clock::time_point kill_at_;
+  // A failed rank's peers get kSettle to end on their own before SIGTERM: when every rank fails
+  // alike (a usage error that only rank 0 prints), rank 0 is not killed before it has spoken.
+  Clock::time_point term_at_;
+  bool term_sent_ = false;
   int exit_code_ = 0;  // the first failure decides
   int interrupted_by_ = 0;
 };
@@ -239,7 +245,8 @@ void Job::signal_all(int signal) {
 void Job::begin_termination(const std::string& reason) {
   if (terminating_) return;
   terminating_ = true;
-  kill_at_ = Clock::now() + std::chrono::milliseconds(options_.grace_ms);
+  term_at_ = Clock::now() + kSettle;
+  kill_at_ = term_at_ + std::chrono::milliseconds(options_.grace_ms);
   std::string others;
   int count = 0;
   for (const RankProcess& process : ranks_) {
@@ -250,7 +257,6 @@ void Job::begin_termination(const std::string& reason) {
     message(fmt::format("{}; terminating {} {} (SIGKILL after {} ms)", reason,
                         count == 1 ? "rank" : "ranks", others, options_.grace_ms));
   }
-  signal_all(SIGTERM);
 }
 
 void Job::reap() {
@@ -359,6 +365,7 @@ int Job::run() {
       has_wake = true;
       wake = std::min(wake, at);
     };
+    if (terminating_ && !term_sent_) earliest(term_at_);
     if (terminating_ && !killed_) earliest(kill_at_);
     if (has_job_deadline && !terminating_) earliest(job_deadline);
     if (draining) earliest(drain_until);
@@ -385,6 +392,7 @@ int Job::run() {
           message(fmt::format("received {}; forwarding it to the ranks", strsignal(signal)));
         }
         signal_all(signal);
+        term_sent_ = true;  // forwarded as it came
         if (!terminating_) {
           terminating_ = true;
           kill_at_ = Clock::now() + std::chrono::milliseconds(options_.grace_ms);
@@ -395,6 +403,10 @@ int Job::run() {
       if (entries[i].revents != 0) relay(*owners[i].first, owners[i].second);
     }
     const auto now = Clock::now();
+    if (terminating_ && !term_sent_ && now >= term_at_) {
+      term_sent_ = true;
+      if (running_count() > 0) signal_all(SIGTERM);
+    }
     if (terminating_ && !killed_ && now >= kill_at_ && running_count() > 0) {
       killed_ = true;
       message("grace period over; sending SIGKILL to the remaining ranks");
