@@ -71,20 +71,7 @@ print(" ".join(sorted(out)))
 
 # san_count TESTLOG: "N passed, N failed, N skipped" from meson's log, as scripts/test.sh counts.
 san_count() {
-  python3 - "$1" <<'PY'
-import json, sys
-passed = failed = skipped = 0
-with open(sys.argv[1]) as log:
-    for line in log:
-        result = json.loads(line).get("result", "")
-        if result in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif result == "SKIP":
-            skipped += 1
-        else:
-            failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+  python3 scripts/count_results.py "$1"
 }
 
 asan_env="ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:detect_stack_use_after_return=1

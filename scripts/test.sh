@@ -16,18 +16,5 @@ ninja -C "$build_dir" || { echo "0 passed, 1 failed"; exit 1; }
 meson test -C "$build_dir" --no-rebuild --print-errorlogs --no-suite soak "$@"
 status=$?
 
-python3 - "$build_dir/meson-logs/testlog.json" <<'PY'
-import json, sys
-passed = failed = skipped = 0
-with open(sys.argv[1]) as log:
-    for line in log:
-        result = json.loads(line).get("result", "")
-        if result in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif result == "SKIP":
-            skipped += 1
-        else:
-            failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 scripts/count_results.py "$build_dir/meson-logs/testlog.json"
 exit $status
