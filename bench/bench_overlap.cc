@@ -1,14 +1,18 @@
 // Overlap benchmark: how much of the partition manager's communication hides behind compute.
 //
 // A synthetic model of `units` units of `numel` f32 elements each is trained on 2 forked ranks
-// at stage 2 and stage 3. The framework's work per step is a sleep per unit before and after its
-// gradients (what a GPU kernel looks like to the host: time passes, the CPU is free), writing
-// each unit's gradient (a fill of numel floats) and an SGD optimizer over the local shard.
+// at stage 2 and stage 3. The framework's work per step (struct Framework below) is by default
+// device-like, the model: each unit's forward and backward compute is a wait that
+// leaves the CPU free (what a GPU kernel looks like to the host; the backward kernel writes the
+// unit's gradient at zrt_partition_grad_data inside its wait), and the optimizer is a wait as
+// long as a host SGD over the shard takes alone. With the `host` argument the framework fills
+// each gradient and runs that SGD on the CPU instead.
 // Three figures per stage, medians over the timed steps:
-//   comm     a step without sleeps, less the framework's own work in it (gradient writes and
-//            optimizer): the time zrt's calls take when there is nothing to hide them behind;
-//   compute  the framework's work alone, with no zrt call: the sleeps, the gradient writes and
-//            the optimizer on a shard-sized buffer, measured;
+//   comm     a step without compute waits, less the framework's own work in it (the optimizer;
+//            gradient fills in host mode): the time zrt's calls take when there is nothing to
+//            hide them behind;
+//   compute  the framework's work alone, with no zrt call: the waits and the optimizer (and the
+//            fills) on buffers of its own, measured;
 //   step     both together.
 // A calibration run first sets the sleeps so that compute equals comm (balanced), the hardest
 // case for overlap; the target is step <= 1.15 x max(compute, comm). The three kinds of step
@@ -26,7 +30,8 @@
 // through the step backup without using it). Every other setting is the default but those the
 // model needs: prefetch depth 2, no persistent parameters, buckets of half a unit.
 //
-// Usage: bench_overlap [units] [numel] [steps] [optimizer_slots]   (defaults 8, 2097152, 10, 0)
+// Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host]
+//        (defaults 8, 2097152, 10, 0, device)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,10 +116,32 @@ struct Timeline {
   }
 };
 
-// The framework's optimizer: plain SGD on the shard (user_data: the timeline).
-zrt_status_t sgd(const zrt_optimizer_args_t* args, void* user_data) {
-  static_cast<Timeline*>(user_data)->time("  optimizer", -1, [args] {
-    for (size_t i = 0; i < args->count; ++i) args->master[i] -= 1e-3f * args->grad[i];
+// How the framework's own work is modelled. Device-like (the default, the model): the
+// compute of a unit is a wait that leaves the CPU free, as a GPU kernel looks to the host; the
+// backward kernel writes the unit's gradient inside its wait and the optimizer is a kernel too,
+// a wait as long as the host SGD below takes over the shard alone (measured at start). Host
+// (`host` argument): the framework fills each gradient and runs that SGD on the CPU, memory-bound
+// work that competes with zrt's copies for the memory system (on these machines one core nearly
+// saturates it, so that work and zrt's cannot overlap).
+struct Framework {
+  bool host = false;
+  std::chrono::microseconds optimizer_wait{0};
+  Timeline* timeline = nullptr;
+};
+
+void host_sgd(float* master, const float* grad, size_t count) {
+  for (size_t i = 0; i < count; ++i) master[i] -= 1e-3f * grad[i];
+}
+
+// The framework's optimizer, called by zrt_partition_step (user_data: the Framework).
+zrt_status_t optimizer(const zrt_optimizer_args_t* args, void* user_data) {
+  const auto* framework = static_cast<const Framework*>(user_data);
+  framework->timeline->time("  optimizer", -1, [args, framework] {
+    if (framework->host) {
+      host_sgd(args->master, args->grad, args->count);
+    } else {
+      std::this_thread::sleep_for(framework->optimizer_wait);
+    }
   });
   return ZRT_SUCCESS;
 }
@@ -145,16 +172,11 @@ void print_timeline(const std::vector<Span>& spans, double step_ms) {
   std::printf(" other %.1f (step %.1f ms)\n", step_ms - accounted, step_ms);
 }
 
-// What the framework does in a step besides calling zrt (and the sleeps): a gradient fill per
-// unit, then the optimizer.
-void write_grad(void* grad, size_t numel) {
-  std::fill_n(static_cast<float*>(grad), numel, 1e-3f);
-}
-
-// One step. With m.pm null, the framework's work alone: the same sleeps, fills of a gradient
-// buffer of its own and the optimizer over a shard of its own (`scratch`).
-double train_step(Model& m, size_t numel, std::chrono::microseconds compute, Timeline& tl,
-                  std::vector<float>& scratch) {
+// One step. With m.pm null, the framework's work alone: the same waits, and in host mode the
+// fills of a gradient buffer of its own and the SGD over a shard of its own (`scratch`).
+double train_step(Model& m, size_t numel, std::chrono::microseconds compute,
+                  const Framework& framework, std::vector<float>& scratch) {
+  Timeline& tl = *framework.timeline;
   const auto start = Clock::now();
   tl.origin = start;
   tl.spans.clear();
@@ -167,17 +189,22 @@ double train_step(Model& m, size_t numel, std::chrono::microseconds compute, Tim
   }
   for (int u = units - 1; u >= 0; --u) {
     if (zrt) tl.time("fetch", u, [&] { CHECK_ZRT(zrt_partition_fetch(m.pm, u)); });
+    void* grad = scratch.data();
+    if (zrt) {
+      tl.time("grad_data", u,
+              [&] { CHECK_ZRT(zrt_partition_grad_data(m.pm, m.params[u], &grad)); });
+    }
     tl.time("compute", u, [&] { std::this_thread::sleep_for(compute); });
-    tl.time("write_grad", u, [&] {
-      void* grad = scratch.data();
-      if (zrt) CHECK_ZRT(zrt_partition_grad_data(m.pm, m.params[u], &grad));
-      write_grad(grad, numel);
-    });
+    if (framework.host) {
+      tl.time("write_grad", u, [&] { std::fill_n(static_cast<float*>(grad), numel, 1e-3f); });
+    }
     if (zrt) tl.time("grad_ready", u, [&] { CHECK_ZRT(zrt_partition_grad_ready(m.pm, u)); });
     if (zrt) tl.time("release", u, [&] { CHECK_ZRT(zrt_partition_release(m.pm, u)); });
   }
   if (zrt) {
-    tl.time("step", -1, [&] { CHECK_ZRT(zrt_partition_step(m.pm, sgd, &tl)); });
+    tl.time("step", -1, [&] {
+      CHECK_ZRT(zrt_partition_step(m.pm, optimizer, const_cast<Framework*>(&framework)));
+    });
   } else {
     // Master and gradient of the shard (units x numel / 2 each), as the optimizer sees them.
     const size_t shard = static_cast<size_t>(units) * numel / 2;
@@ -186,7 +213,7 @@ double train_step(Model& m, size_t numel, std::chrono::microseconds compute, Tim
     args.master = scratch.data();
     args.grad = scratch.data() + shard;
     args.count = shard;
-    sgd(&args, &tl);
+    optimizer(&args, const_cast<Framework*>(&framework));
   }
   return ms_since(start);
 }
@@ -222,9 +249,11 @@ struct Kind {
 // collectives return at once, so the barrier that ends each step (and lines the ranks up for the
 // next) and the exchange of the results are waited for on it.
 std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind> kinds,
-                            size_t numel, int rounds, std::vector<float>& scratch) {
+                            size_t numel, Framework framework, int rounds,
+                            std::vector<float>& scratch) {
   Timeline tl;
   tl.on = true;  // the framework's share of the step is read from the spans
+  framework.timeline = &tl;
   auto barrier = [&] {
     CHECK_ZRT(zrt_barrier(comm, sync));
     CHECK_ZRT(zrt_stream_synchronize(sync));
@@ -237,7 +266,7 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
       for (int s = 0; s < 2; ++s) {
         // A step counts until the barrier after it: work zrt left running when the step
         // returned would otherwise hide in the barrier's wait.
-        train_step(*kind.model, numel, kind.compute, tl, scratch);
+        train_step(*kind.model, numel, kind.compute, framework, scratch);
         tl.time("barrier", -1, barrier);
       }
       if (r < 2) continue;
@@ -270,7 +299,7 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
   return figures;
 }
 
-void rank_main(int units, size_t numel, int steps, int slots) {
+void rank_main(int units, size_t numel, int steps, int slots, bool host) {
   zrt_comm_t comm = nullptr;
   CHECK_ZRT(zrt_comm_init_env(nullptr, &comm));
   int rank = 0;
@@ -280,6 +309,20 @@ void rank_main(int units, size_t numel, int steps, int slots) {
   // The gradient window of the compute-only run, then master and gradient of its shard.
   std::vector<float> scratch(std::max(numel, static_cast<size_t>(units) * numel), 0.01f);
   using us = std::chrono::microseconds;
+  Framework framework;
+  framework.host = host;
+  {
+    // The device-like optimizer's wait: the host SGD over a shard, alone (median of five).
+    const size_t shard = static_cast<size_t>(units) * numel / 2;
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = Clock::now();
+      host_sgd(scratch.data(), scratch.data() + shard, shard);
+      ms.push_back(ms_since(start));
+    }
+    std::sort(ms.begin(), ms.end());
+    framework.optimizer_wait = us(static_cast<int64_t>(ms[2] * 1000.0));
+  }
   for (int stage : {2, 3}) {
     Model m = build(comm, stage, units, numel, slots);
     Model alone;
@@ -289,7 +332,7 @@ void rank_main(int units, size_t numel, int steps, int slots) {
     // sleeps make up what the framework's own work leaves of it (balanced).
     const std::vector<Figure> calibration =
         measure(comm, sync, {{&m, us(0), false, {}, {}}, {&alone, us(0), false, {}, {}}}, numel,
-                steps, scratch);
+                framework, steps, scratch);
     const double sleep_ms = std::max(
         0.0, calibration[0].step_ms - calibration[0].framework_ms - calibration[1].step_ms);
     const us per_unit(static_cast<int64_t>(sleep_ms * 1000.0 / (2.0 * units)));
@@ -298,17 +341,18 @@ void rank_main(int units, size_t numel, int steps, int slots) {
                                                 {{&m, us(0), print, {}, {}},
                                                  {&alone, per_unit, false, {}, {}},
                                                  {&m, per_unit, print, {}, {}}},
-                                                numel, steps, scratch);
+                                                numel, framework, steps, scratch);
     const double comm_ms = figures[0].step_ms - figures[0].framework_ms;
     const double compute_ms = figures[1].step_ms;
     const double step_ms = figures[2].step_ms;
     const double bound = std::max(compute_ms, comm_ms);
     if (rank == 0) {
       std::printf(
-          "stage %d, 2 ranks, %d units x %zu f32, %d state slots: comm alone %.1f ms, compute "
+          "stage %d, 2 ranks, %d units x %zu f32, %d state slots, %s framework: comm alone %.1f "
+          "ms, compute "
           "alone %.1f ms (sleeps %.1f + framework work %.1f), step %.1f ms, step / max(compute, "
           "comm) = %.3f (target <= 1.15), step / (compute + comm) = %.3f\n",
-          stage, units, numel, slots, comm_ms, compute_ms,
+          stage, units, numel, slots, host ? "host" : "device-like", comm_ms, compute_ms,
           2.0 * units * static_cast<double>(per_unit.count()) / 1000.0, calibration[1].step_ms,
           step_ms, step_ms / bound, step_ms / (compute_ms + comm_ms));
       std::fflush(stdout);
@@ -330,6 +374,7 @@ int main(int argc, char** argv) {
   const size_t numel = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : (size_t{1} << 21);
   const int steps = argc > 3 ? std::atoi(argv[3]) : 10;
   const int slots = argc > 4 ? std::atoi(argv[4]) : 0;
+  const bool host = argc > 5 && std::strcmp(argv[5], "host") == 0;
   const int ranks = 2;
   const std::string port = std::to_string(free_port());
   const std::string token = "bench-overlap-" + std::to_string(getpid());
@@ -344,7 +389,7 @@ int main(int argc, char** argv) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv("ZRT_JOB_TOKEN", token.c_str(), 1);
-      rank_main(units, numel, steps, slots);
+      rank_main(units, numel, steps, slots, host);
       std::fflush(stdout);
       _exit(0);
     }

@@ -535,9 +535,13 @@ ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, voi
  * (numel elements of param_dtype, overwritten, not accumulated: zrt accumulates). The unit's
  * gradient buffers share one staging window: they are valid from this call until
  * zrt_partition_grad_ready of that unit, and only one unit's may be open at a time. zrt may
- * still be reading the previous unit's gradients out of the window when grad_ready returned
- * (see there); the first grad_data of the next unit waits until it has, so a pointer must be
- * taken again for every unit, never kept from an earlier one. Errors: ZRT_INVALID_ARGUMENT
+ * still be reading a unit's gradients out of its window after grad_ready returned (see there).
+ * With host buckets two windows alternate, so the next unit's gradients go to the other one
+ * while the last unit's leave; the first grad_data of a unit waits only until the window it
+ * hands out has been read (the unit before the last). A pointer must therefore be taken again
+ * for every unit, never kept from an earlier one. Parameters of a unit whose grad_data was
+ * never called before its grad_ready (unused in this micro-batch) contribute zero gradients.
+ * Errors: ZRT_INVALID_ARGUMENT
  * (unknown or frozen param), ZRT_INVALID_USAGE (another unit's gradients are open),
  * ZRT_TIMEOUT. */
 ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
@@ -551,8 +555,8 @@ ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
  * reduction of every bucket this completes. It may wait for a bucket to come free (its previous
  * reduction), and returns once the work is enqueued: with host buckets (stages 2/3 without
  * no_sync_accumulation), large gradients are copied out of the window on zrt's progress thread
- * after the call returns, so the window must not be written until the next
- * zrt_partition_grad_data has returned. Errors: ZRT_INVALID_ARGUMENT (unknown unit),
+ * after the call returns, so the unit's gradient pointers must not be written again (they are
+ * handed out anew by later grad_data calls, which wait for the copies). Errors: ZRT_INVALID_ARGUMENT (unknown unit),
  * ZRT_INVALID_USAGE (signalled twice in one micro-batch), ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 

@@ -52,6 +52,9 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   // the full gradient buffer, so they are always gathered into a copy.
   if (stage == 1 || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
   if (options.step_backup) plan.backup = layout.shard_numel();
+  // Host buckets take each unit's gradients out of the window on the progress thread, after
+  // grad_ready returns: a second window lets the framework write the next unit meanwhile.
+  if (plan.bucket_count > 0 && options.mem_kind == ZRT_MEM_HOST) plan.grad_windows = 2;
   return plan;
 }
 
@@ -96,7 +99,8 @@ MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layo
   f.buckets =
       (static_cast<uint64_t>(plan.bucket_count) * plan.bucket_numel + plan.persistent_bucket) * g;
   f.gather_window = static_cast<uint64_t>(plan.window_slots) * plan.window_slot_numel * p;
-  f.grad_staging = plan.grad_window * p + plan.optimizer_grad * 4;
+  f.grad_staging =
+      plan.grad_window * static_cast<uint64_t>(plan.grad_windows) * p + plan.optimizer_grad * 4;
   f.step_backup = plan.backup * 4 * (1 + static_cast<uint64_t>(plan.optimizer_slots));
   f.model_state =
       f.full_params + f.param_shard + f.gradients + f.grad_shard + f.master + f.optimizer_state;

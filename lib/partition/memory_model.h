@@ -52,7 +52,8 @@ struct BufferPlan {
   size_t persistent_bucket = 0;  // reduce dtype, stage 3 without full gradients
   int window_slots = 0;          // param dtype slots of window_slot_numel, stage 3
   size_t window_slot_numel = 0;
-  size_t grad_window = 0;     // param dtype: the framework's gradient staging window
+  size_t grad_window = 0;     // param dtype: one gradient staging window (the largest unit)
+  int grad_windows = 1;       // windows that alternate (2 when their copies are deferred)
   size_t optimizer_grad = 0;  // f32 copy of the gradient shard for the optimizer
   size_t backup = 0;          // f32 elements per backed-up array (master, then each state slot)
 };

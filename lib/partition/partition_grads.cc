@@ -21,7 +21,9 @@
 //
 // Copies out of the gradient window into the buckets run on the progress thread (copy_stream_,
 // large pieces only), so grad_ready returns once the work is enqueued; the bucket's reduction
-// waits for them on its stream, and grad_data of the next unit waits until the window is read.
+// waits for them on its stream. Two windows alternate: the framework writes the next unit's
+// gradients into one while the last unit's leave the other, and grad_data waits only when the
+// copies of the unit before that are still running.
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -51,14 +53,22 @@ Status PartitionManager::grad_data(int param, void** grad) {
         "zrt_partition_grad_ready first",
         param, loc.unit, open_unit_);
   }
-  if (window_busy_) {
-    // The previous unit's gradients may still be on their way from the window into buckets.
-    ZRT_RETURN_IF_ERROR(copy_event_->synchronize().with_context(
-        "waiting for the previous unit's gradients to leave the gradient window"));
-    window_busy_ = false;
-  }
+  ZRT_RETURN_IF_ERROR(open_grad_window());
   open_unit_ = loc.unit;
-  *grad = param_ptr(grad_window_, loc.staging_offset);
+  *grad = param_ptr(grad_windows_[open_window_], loc.staging_offset);
+  return Status::ok();
+}
+
+Status PartitionManager::open_grad_window() {
+  if (open_window_ >= 0) return Status::ok();  // another parameter of the open unit
+  const int w = next_window_;
+  if (window_busy_[w]) {
+    // An earlier unit's gradients may still be on their way from this window into buckets.
+    ZRT_RETURN_IF_ERROR(window_read_[w]->synchronize().with_context(
+        "waiting for an earlier unit's gradients to leave the gradient window"));
+    window_busy_[w] = 0;
+  }
+  open_window_ = w;
   return Status::ok();
 }
 
@@ -227,12 +237,18 @@ Status PartitionManager::grad_ready(int unit) {
   // call returns while they travel; grad_data of the next unit waits until the window is read.
   // A segment that other units still fill waits for its copies at its reduction: copies are
   // in order on the copy stream, so the event recorded then covers them too.
+  // A unit none of whose gradients the framework asked for (its parameters went unused) has
+  // zero gradients, not whatever an earlier unit left in the window.
+  const bool unwritten = open_unit_ != unit;
+  ZRT_RETURN_IF_ERROR(open_grad_window());
+  char* window = grad_windows_[open_window_];
   bool copies_queued = false;
   bool copies_unwaited = copies_unwaited_;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const SegmentPiece& piece = pieces[i];
     const ParamLocation& loc = layout_.params()[piece.param];
-    const char* src = param_ptr(grad_window_, loc.staging_offset + piece.param_offset);
+    char* src = param_ptr(window, loc.staging_offset + piece.param_offset);
+    if (unwritten) ops_->zero(src, piece.count * p_size_);
     const int s = piece_segments[i];
     if (full_grads_ != nullptr) {
       ops_->accumulate(pdt, src, gdt,
@@ -278,9 +294,11 @@ Status PartitionManager::grad_ready(int unit) {
   }
   copies_unwaited_ = copies_unwaited;
   if (copies_queued) {
-    ZRT_RETURN_IF_ERROR(copy_event_->record(*copy_stream_));
-    window_busy_ = true;
+    ZRT_RETURN_IF_ERROR(window_read_[open_window_]->record(*copy_stream_));
+    window_busy_[open_window_] = 1;
   }
+  next_window_ = (open_window_ + 1) % static_cast<int>(grad_windows_.size());
+  open_window_ = -1;
   signalled_[unit] = 1;
   open_unit_ = -1;
   if (++signalled_count_ == trainable_units_) {

@@ -142,7 +142,10 @@ Status PartitionManager::allocate_buffers() {
   slot_bytes_ = b.window_slot_numel * p_size_;
   const size_t h_window =
       a.plan(slot_bytes_ * static_cast<size_t>(b.window_slots), MemoryCategory::kGatherWindow);
-  const size_t h_gwindow = a.plan(b.grad_window * p_size_, MemoryCategory::kGradStaging);
+  std::vector<size_t> h_gwindows;
+  for (int i = 0; i < b.grad_windows; ++i) {
+    h_gwindows.push_back(a.plan(b.grad_window * p_size_, MemoryCategory::kGradStaging));
+  }
   const size_t h_ograd = a.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
   const size_t h_bmaster = a.plan(b.backup * 4, MemoryCategory::kStepBackup);
   std::vector<size_t> h_bstate;
@@ -162,7 +165,8 @@ Status PartitionManager::allocate_buffers() {
   for (size_t h : h_buckets) buckets_.push_back(static_cast<char*>(a.address(h)));
   persistent_bucket_ = static_cast<char*>(a.address(h_pbucket));
   window_ = static_cast<char*>(a.address(h_window));
-  grad_window_ = static_cast<char*>(a.address(h_gwindow));
+  for (size_t h : h_gwindows) grad_windows_.push_back(static_cast<char*>(a.address(h)));
+  window_busy_.assign(grad_windows_.size(), 0);
   optimizer_grad_ = static_cast<float*>(a.address(h_ograd));
   backup_master_ = static_cast<float*>(a.address(h_bmaster));
   for (size_t h : h_bstate) backup_state_.push_back(static_cast<float*>(a.address(h)));
@@ -178,6 +182,8 @@ Status PartitionManager::create_streams() {
   if (!buckets_.empty()) {
     ZRT_RETURN_IF_ERROR(engine.create_stream(options_.mem_kind, &copy_stream_));
     ZRT_RETURN_IF_ERROR(engine.create_event(&copy_event_));
+    window_read_.assign(grad_windows_.size(), nullptr);
+    for (Event*& event : window_read_) ZRT_RETURN_IF_ERROR(engine.create_event(&event));
   }
   auto make = [&engine](Event** event) { return engine.create_event(event); };
   return create_events(make);
@@ -430,6 +436,10 @@ Status PartitionManager::destroy() {
   ag_stream_ = rs_stream_ = copy_stream_ = nullptr;
   if (copy_event_ != nullptr) keep(engine.destroy_event(copy_event_));
   copy_event_ = nullptr;
+  for (Event* event : window_read_) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  window_read_.clear();
   for (Event* event : segment_events_) {
     if (event != nullptr) keep(engine.destroy_event(event));
   }

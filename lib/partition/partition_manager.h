@@ -153,6 +153,8 @@ class PartitionManager {
   // Gradients (partition_grads.cc).
   Status reduce_segment(int segment, void* data);
   Status acquire_bucket(int segment, int* bucket);
+  // Makes the window the next unit's gradients go to open_window_, once it has been read.
+  Status open_grad_window();
   Status finish_reductions();
 
   Communicator& comm_;
@@ -181,7 +183,8 @@ class PartitionManager {
   std::vector<char*> buckets_;
   char* persistent_bucket_ = nullptr;
   char* window_ = nullptr;
-  char* grad_window_ = nullptr;
+  // The framework's gradient staging windows (one, or two that alternate: see grad_windows_).
+  std::vector<char*> grad_windows_;
   float* optimizer_grad_ = nullptr;
   float* backup_master_ = nullptr;    // step_backup: master before the optimizer
   std::vector<float*> backup_state_;  // step_backup: each state slot before it
@@ -195,12 +198,17 @@ class PartitionManager {
 
   Stream* ag_stream_ = nullptr;
   Stream* rs_stream_ = nullptr;
-  // Host buckets: copies the gradient window into the buckets on the progress thread, so that
+  // Host buckets: copies a gradient window into the buckets on the progress thread, so that
   // grad_ready returns at once; the reduce-scatter stream waits for copy_event_ before each
-  // bucket's reduction, grad_data for the window to be read (partition_grads.cc).
+  // bucket's reduction, and grad_data for the window it hands out to have been read, which
+  // window_read_[w] marks (partition_grads.cc). Two windows alternate, so the framework writes
+  // one unit's gradients while the previous unit's leave the other.
   Stream* copy_stream_ = nullptr;
   Event* copy_event_ = nullptr;
-  bool window_busy_ = false;            // copies out of the gradient window may still be running
+  std::vector<Event*> window_read_;     // per window: after the copies out of it
+  std::vector<char> window_busy_;       // per window: copies out of it may still be running
+  int next_window_ = 0;                 // the window the next unit's gradients go to
+  int open_window_ = -1;                // the window of the open unit (open_unit_), or -1
   bool copies_unwaited_ = false;        // copies into a bucket no reduction has waited for yet
   std::vector<Event*> segment_events_;  // stages 1/2: after each segment's post-step gather
   Event* persistent_event_ = nullptr;   // stage 3: after the persistent segment's gather

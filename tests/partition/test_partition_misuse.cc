@@ -122,6 +122,16 @@ void misuse_body(int rank, int /*size*/) {
     nonfinite = 0;
     ASSERT_EQ(zrt_partition_grad_norm(pm, nullptr, &nonfinite), ZRT_SUCCESS) << zrt_last_error();
     EXPECT_EQ(nonfinite, 1);
+    ASSERT_EQ(zrt_partition_step(pm, sgd, nullptr), ZRT_SUCCESS) << zrt_last_error();
+    // A unit whose gradients the framework never asked for (unused parameters) reduces zeros,
+    // not what an earlier unit left in the gradient window.
+    for (int u = 2; u >= 0; --u) {
+      if (u != 1) write_grads(pm, params[u], 300 + 7 * u);
+      ASSERT_EQ(zrt_partition_grad_ready(pm, u), ZRT_SUCCESS) << zrt_last_error();
+    }
+    ASSERT_EQ(zrt_partition_grad_norm(pm, &norm, &nonfinite), ZRT_SUCCESS) << zrt_last_error();
+    EXPECT_NEAR(norm, 0.5 * std::sqrt(300.0 + 314), 1e-9);
+    EXPECT_EQ(nonfinite, 0);
     EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
   }
 
