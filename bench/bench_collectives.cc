@@ -10,8 +10,14 @@
 // while the other ranks wait; "vs memcpyN" over the rate rank 0 gets while every rank copies S
 // bytes at once, which is what the ranks of a collective share: on a machine whose memory
 // bandwidth one core nearly saturates, memcpyN is about half of memcpy at N = 2. Buffers are
-// allocated and touched once, before timing. ZRT_WINDOWS=0 runs the tagged-message rings
-// instead of the window rings (collectives/ring_window.h), for comparison.
+// allocated and touched once, before timing. "ceiling" is the bus bandwidth the memory system
+// leaves a collective even if moving bytes between processes cost nothing: every rank at once
+// runs a kernel that does only the reads and writes no algorithm can avoid (reduce-scatter:
+// read its S input bytes once, write its S/N result with non-temporal stores; all-gather: read
+// its S/N block, write the S output, or the N-1 other blocks in place; all-reduce: both), and
+// the ceiling is the collective's busbw at that kernel's time (rank 0's). "vs ceiling" is busbw
+// over it: how much of what this machine allows the collective reaches. ZRT_WINDOWS=0 runs the
+// tagged-message rings instead of the window rings (collectives/ring_window.h), for comparison.
 //
 // "check" measures the collective-order checker instead, side by side in one run: every rank
 // opens two communicators over the same ranks (own transport and engine each), one with the
@@ -36,6 +42,8 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "collectives/stream_copy.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/engine/engine.h"
 #include "transports/transport.h"
@@ -100,6 +108,64 @@ double memcpy_gbps(size_t bytes) {
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < 0.3 || iterations < 3);
   return static_cast<double>(bytes) * iterations / elapsed / 1e9;
+}
+
+// The unavoidable memory traffic of one rank in a collective over S bytes at N ranks (see the
+// header), done with the collectives' own kernels: reduce_floor reads S and writes S/N,
+// gather_floor reads S/N and writes S (or, in place, the N-1 blocks that are not its own).
+// Results are written with non-temporal stores, as the collectives write large results.
+constexpr size_t kFloorChunk = 16384;  // floats: a chunk's partial sum stays in L1/L2
+
+void reduce_floor(const float* in, float* out, size_t block, int n) {
+  std::vector<float> partial(kFloorChunk);
+  for (size_t base = 0; base < block; base += kFloorChunk) {
+    const size_t count = std::min(kFloorChunk, block - base);
+    const float* first = in + base;
+    for (int j = 1; j < n; ++j) {
+      const bool last = j == n - 1;
+      float* to = last ? out + base : partial.data();
+      zrt::reduce_elements(ZRT_F32, zrt::ReduceOp::kSum, first,
+                           in + static_cast<size_t>(j) * block + base, to, count, 1.0, 1.0, last);
+      first = partial.data();
+    }
+  }
+}
+
+void gather_floor(const float* own, float* out, size_t block, int n, int rank, bool in_place) {
+  for (size_t base = 0; base < block; base += kFloorChunk) {
+    const size_t count = std::min(kFloorChunk, block - base);
+    for (int j = 0; j < n; ++j) {
+      if (in_place && j == rank) continue;
+      zrt::stream_copy(out + static_cast<size_t>(j) * block + base, own + base,
+                       count * sizeof(float));
+    }
+  }
+}
+
+// Seconds per call of the floor kernel of `kind` over S = bytes (every rank runs it at once).
+double floor_seconds(zrt_coll_kind_t kind, bool in_place, size_t bytes, int n, int rank,
+                     std::vector<char>& input, std::vector<char>& output) {
+  const size_t block = bytes / sizeof(float) / static_cast<size_t>(n);
+  const auto* in = reinterpret_cast<const float*>(input.data());
+  auto* out = reinterpret_cast<float*>(output.data());
+  auto once = [&] {
+    if (kind != ZRT_COLL_ALL_GATHER) reduce_floor(in, out, block, n);
+    if (kind != ZRT_COLL_REDUCE_SCATTER) {
+      // All-reduce: its reduced block, then the gather of it in place.
+      gather_floor(kind == ZRT_COLL_ALL_GATHER ? in : out + static_cast<size_t>(rank) * block, out,
+                   block, n, rank, in_place);
+    }
+  };
+  once();  // warm
+  int iterations = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    once();
+    ++iterations;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < 0.3 || iterations < 3);
+  return elapsed / iterations;
 }
 
 // One communicator's pieces below the C API (transport, engine, one stream).
@@ -229,8 +295,9 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
     check(stream->synchronize(), "barrier");
   };
   if (rank == 0) {
-    std::printf("%-22s %6s %10s %8s %12s %10s %12s %10s\n", "collective", "MiB", "time_us", "busbw",
-                "memcpy_GB/s", "vs_memcpy", "memcpyN_GB/s", "vs_memcpyN");
+    std::printf("%-22s %6s %10s %8s %12s %10s %12s %10s %9s %10s\n", "collective", "MiB", "time_us",
+                "busbw", "memcpy_GB/s", "vs_memcpy", "memcpyN_GB/s", "vs_memcpyN", "ceiling",
+                "vs_ceiling");
   }
   for (size_t mib = 1; mib <= max_mib; mib *= 4) {
     const size_t bytes = mib << 20;
@@ -259,6 +326,7 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
         {"all_gather(inpl)", ZRT_COLL_ALL_GATHER, true, ring},
         {"all_reduce(inpl)", ZRT_COLL_ALL_REDUCE, true, 2 * ring},
     };
+    std::vector<double> ceilings;  // per variant, in order
     for (int pass = 0; pass < 2; ++pass)
       for (const Variant& variant : variants) {
         const bool warm_pass = pass == 0;
@@ -287,6 +355,12 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
             break;
         }
         if (warm_pass) {
+          // The ceiling of this variant: its floor kernel on every rank at once.
+          barrier();
+          ceilings.push_back(
+              static_cast<double>(bytes) * variant.factor / 1e9 /
+              floor_seconds(variant.kind, variant.in_place, bytes, size, rank, input, output));
+          barrier();
           for (int i = 0; i < 2; ++i) {
             check(zrt::enqueue_collective(*stream, rank, size, args), "warm");
           }
@@ -304,9 +378,11 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
         const double per_call = seconds / iterations;
         const double busbw = static_cast<double>(bytes) / per_call / 1e9 * variant.factor;
         if (rank == 0) {
-          std::printf("%-22s %6zu %10.1f %8.2f %12.2f %9.0f%% %12.2f %9.0f%%\n", variant.name, mib,
-                      per_call * 1e6, busbw, memcpy_rate, 100.0 * busbw / memcpy_rate,
-                      concurrent_rate, 100.0 * busbw / concurrent_rate);
+          const double ceiling = ceilings[static_cast<size_t>(&variant - variants)];
+          std::printf("%-22s %6zu %10.1f %8.2f %12.2f %9.0f%% %12.2f %9.0f%% %9.2f %9.0f%%\n",
+                      variant.name, mib, per_call * 1e6, busbw, memcpy_rate,
+                      100.0 * busbw / memcpy_rate, concurrent_rate, 100.0 * busbw / concurrent_rate,
+                      ceiling, 100.0 * busbw / ceiling);
           std::fflush(stdout);
         }
       }
