@@ -271,10 +271,10 @@ Status PartitionManager::fetch(int unit) {
           fmt::format("waiting for unit {}'s parameters", unit)));
     }
   }
-  // The first fetch after master or state changed starts the step backup's copy, so it runs
-  // behind the framework's compute (partition_step.cc); once this unit is there, so that the
-  // copy does not slow the gather the framework is waiting for.
-  if (!backup_current_) start_backup();
+  // Every fetch after master or state changed enqueues a share of the step backup's copy, so it
+  // runs behind the framework's compute, spread over the forward (partition_step.cc); after
+  // this unit's gather and prefetches, so that it delays none the framework is waiting for.
+  if (!backup_current_) advance_backup();
   fetched_[unit] = 1;
   return Status::ok();
 }

@@ -327,7 +327,7 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
   // the step backup's copy.
   ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
   ZRT_RETURN_IF_ERROR(settle_backup());
-  backup_current_ = false;
+  invalidate_backup();
   const ParamLocation& loc = layout_.params()[param];
   const size_t in_size = dtype_size(dtype);
   const char* in = static_cast<const char*>(values);
@@ -529,7 +529,7 @@ Status PartitionManager::restore_checkpoint(const float* master,
   }
   ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
   ZRT_RETURN_IF_ERROR(settle_backup());
-  backup_current_ = false;
+  invalidate_backup();
   const size_t count = layout_.shard_numel();
   const zrt_dtype_t pdt = options_.param_dtype;
   ops_->copy(master_, master, count * sizeof(float));

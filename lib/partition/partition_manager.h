@@ -144,8 +144,12 @@ class PartitionManager {
   Status check_step_ready();
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
   void take_backup();
-  void start_backup();
+  void advance_backup();
   Status settle_backup();
+  void invalidate_backup();
+  // Copies elements [begin, end) of master and the state slots, seen as one array, into the
+  // backup: at once, or (stream non-null) as piecewise tasks on the stream.
+  Status copy_backup_range(size_t begin, size_t end, Stream* stream);
   void restore_backup();
   Status publish_params();
   void rederive_params();
@@ -190,7 +194,8 @@ class PartitionManager {
   std::vector<float*> backup_state_;  // step_backup: each state slot before it
   // The backup equals master and state (taken, or its copy enqueued, since they last changed).
   bool backup_current_ = false;
-  bool backup_in_flight_ = false;  // its copy is enqueued on the all-gather stream
+  bool backup_in_flight_ = false;  // copies of it are enqueued on the all-gather stream
+  size_t backup_cursor_ = 0;       // elements (master, then each slot) copied or enqueued
 
   std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here

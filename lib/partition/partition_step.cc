@@ -11,16 +11,15 @@
 // persistent segment. The gradient shard is not cleared: the next step's first reductions
 // overwrite it (partition_grads.cc).
 //
-// The step backup (step_backup = 1) copies master and state before the optimizer. It does not
-// change between steps, so the copy is enqueued on the all-gather stream when the first fetch
-// after master or state changed has its unit (start_backup), in pieces so the progress thread
-// serves the other streams between them, and runs while the framework computes; the step finds
-// it done when it has waited for the streams. On the all-gather stream it comes after the
-// gathers already queued (stages 1/2: every bucket of the forward; stage 3: the first unit and
-// its prefetches) and delays only later ones, which the prefetch depth leaves time for; run
-// beside the gathers instead, it slows each of them by its whole length. load_param and
-// restore_checkpoint, which rewrite master, wait for a copy in flight and mark the backup out of
-// date; the step then takes it itself, as it does when no fetch came before it.
+// The step backup (step_backup = 1) copies master and state before the optimizer. They do not
+// change between steps, so the copy runs while the framework computes: every fetch after master
+// or state changed enqueues on the all-gather stream the next 1/units of it (advance_backup),
+// behind the gathers that fetch queued, as piecewise tasks so the progress thread serves the
+// other streams between pieces; the step finds it done when it has waited for the streams and
+// copies what no fetch enqueued itself. Enqueued whole at the first fetch, it would delay every
+// later gather by its whole length (stage 3: the unit after the prefetched ones waited for it);
+// in shares, each gather waits for at most one share. load_param and restore_checkpoint, which
+// rewrite master, wait for copies in flight and mark the backup out of date.
 //
 // All or nothing. A step that fails must leave every rank where it was before the call, so the
 // framework can checkpoint or retry; a rank that updated while a peer did not would silently
@@ -135,34 +134,52 @@ Status PartitionManager::exchange_codes(zrt_status_t mine, const char* what,
   return stream.synchronize().with_context(what);
 }
 
+Status PartitionManager::copy_backup_range(size_t begin, size_t end, Stream* stream) {
+  const size_t count = layout_.shard_numel();
+  ElementOps* ops = ops_.get();
+  for (size_t array = begin / count; array * count < end; ++array) {
+    float* to = array == 0 ? backup_master_ : backup_state_[array - 1];
+    const float* from = array == 0 ? master_ : state_[array - 1];
+    const size_t first = std::max(begin, array * count) - array * count;
+    const size_t last = std::min(end, (array + 1) * count) - array * count;
+    if (stream == nullptr) {
+      ops->copy(to + first, from + first, (last - first) * sizeof(float));
+      continue;
+    }
+    ZRT_RETURN_IF_ERROR(run_piecewise(
+        *stream, last - first,
+        [ops, to = to + first, from = from + first](size_t at, size_t n) {
+          ops->copy(to + at, from + at, n * sizeof(float));
+        },
+        "partition: step backup"));
+  }
+  return Status::ok();
+}
+
 void PartitionManager::take_backup() {
-  const size_t bytes = layout_.shard_numel() * sizeof(float);
-  if (backup_master_ == nullptr || bytes == 0 || backup_current_) return;
-  ops_->copy(backup_master_, master_, bytes);
-  for (size_t i = 0; i < state_.size(); ++i) ops_->copy(backup_state_[i], state_[i], bytes);
+  const size_t total = layout_.shard_numel() * (1 + state_.size());
+  if (backup_master_ == nullptr || total == 0 || backup_current_) return;
+  static_cast<void>(copy_backup_range(backup_cursor_, total, nullptr));  // cannot fail
+  backup_cursor_ = total;
   backup_current_ = true;
 }
 
-void PartitionManager::start_backup() {
-  const size_t count = layout_.shard_numel();
-  if (backup_master_ == nullptr || count == 0 || backup_current_ || backup_in_flight_) return;
-  ElementOps* ops = ops_.get();
-  auto enqueue_copy = [&](float* to, const float* from) {
-    return run_piecewise(
-        *ag_stream_, count,
-        [ops, to, from](size_t begin, size_t n) {
-          ops->copy(to + begin, from + begin, n * sizeof(float));
-        },
-        "partition: step backup");
-  };
+void PartitionManager::advance_backup() {
+  const size_t total = layout_.shard_numel() * (1 + state_.size());
+  if (backup_master_ == nullptr || total == 0 || backup_current_) return;
+  const size_t units = std::max<size_t>(1, unit_specs_.size());
+  const size_t end = std::min(total, backup_cursor_ + (total + units - 1) / units);
   backup_in_flight_ = true;  // even a partial enqueue must be waited for before master changes
-  Status status = enqueue_copy(backup_master_, master_);
-  for (size_t i = 0; i < state_.size() && status.is_ok(); ++i) {
-    status = enqueue_copy(backup_state_[i], state_[i]);
-  }
-  // A refused enqueue (a failed stream) leaves the backup out of date: the step, which reports
-  // that stream's error first, would take it itself.
-  backup_current_ = status.is_ok();
+  // A refused enqueue (a failed stream) leaves the cursor: the step, which reports that
+  // stream's error first, would copy the rest itself.
+  if (!copy_backup_range(backup_cursor_, end, ag_stream_).is_ok()) return;
+  backup_cursor_ = end;
+  backup_current_ = end == total;
+}
+
+void PartitionManager::invalidate_backup() {
+  backup_current_ = false;
+  backup_cursor_ = 0;
 }
 
 Status PartitionManager::settle_backup() {
@@ -171,7 +188,7 @@ Status PartitionManager::settle_backup() {
   if (!status.is_ok()) {
     // Its copies may not have run: the backup is out of date. Still in flight until a wait
     // succeeds, since the copies might yet run.
-    backup_current_ = false;
+    invalidate_backup();
     return status;
   }
   backup_in_flight_ = false;
@@ -184,6 +201,7 @@ void PartitionManager::restore_backup() {
   ops_->copy(master_, backup_master_, bytes);
   for (size_t i = 0; i < state_.size(); ++i) ops_->copy(state_[i], backup_state_[i], bytes);
   backup_current_ = true;
+  backup_cursor_ = layout_.shard_numel() * (1 + state_.size());
 }
 
 // Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
@@ -333,9 +351,9 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   args.pieces = pieces_.data();
   args.num_pieces = pieces_.size();
   args.step = next;
-  take_backup();  // unless start_backup's copy already made it
+  take_backup();  // what the fetches' shares did not copy
   const zrt_status_t code = optimizer(&args, user_data);
-  backup_current_ = false;
+  invalidate_backup();
   const bool backed_up = backup_master_ != nullptr;
   const char* undo = backed_up ? "master and optimizer state were restored"
                                : "step_backup is 0: master and optimizer state are as the "

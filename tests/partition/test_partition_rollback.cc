@@ -7,6 +7,7 @@
 // their master and state untouched.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -233,6 +234,44 @@ TEST(PartitionRollback, FailedOptimizerOnOneRankRollsBackEveryRankN2) {
 }
 TEST(PartitionRollback, FailedOptimizerOnOneRankRollsBackEveryRankN3) {
   expect_ranks_pass(3, rollback_body);
+}
+
+// The backup's copy is spread over the fetches (a share of it per fetch); a step reached after
+// fewer fetches than units copies the rest itself, and a failed optimizer is still rolled back
+// byte for byte. Here one fetch (one share) and a backward without fetches.
+void partial_backup_body(int rank, int size) {
+  Run run;
+  init_comm(&run, rank, size, "partial");
+  if (::testing::Test::HasFailure()) return;
+  for (int stage = 2; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    make_pm(&run, stage, 1);
+    Optimizer opt;
+    forward_backward(&run, 0);
+    ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
+    ASSERT_ZRT(zrt_partition_fetch(run.pm, kUnits - 1));
+    ASSERT_ZRT(zrt_partition_release(run.pm, kUnits - 1));
+    for (int u = kUnits - 1; u >= 0; --u) {
+      void* grad = nullptr;
+      ASSERT_ZRT(zrt_partition_grad_data(run.pm, run.params[u], &grad));
+      std::fill_n(static_cast<float*>(grad), unit_numel(u), 0.25f * static_cast<float>(u + 1));
+      ASSERT_ZRT(zrt_partition_grad_ready(run.pm, u));
+    }
+    const std::vector<float> shard_before = read_shard(opt);
+    opt.fail = rank == size - 1;
+    EXPECT_EQ(zrt_partition_step(run.pm, optimizer_fn, &opt), kFailure) << zrt_last_error();
+    opt.fail = false;
+    EXPECT_TRUE(same_bytes(read_shard(opt), shard_before)) << "master/state not rolled back";
+    ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
+    EXPECT_FALSE(same_bytes(read_shard(opt), shard_before)) << "the retried step did nothing";
+    ASSERT_ZRT(zrt_partition_destroy(run.pm));
+    run.params.clear();
+  }
+  EXPECT_ZRT(zrt_comm_destroy(run.comm));
+}
+
+TEST(PartitionRollback, BackupTakenPartlyByFetchesStillRollsBackN2) {
+  expect_ranks_pass(2, partial_backup_body);
 }
 
 // step_backup = 0: no copy, no memory for it; a failing optimizer still fails the step on every
