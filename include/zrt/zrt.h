@@ -657,9 +657,11 @@ typedef struct zrt_partition_memory {
   uint64_t optimizer_state; /* optimizer_slots f32 arrays of shard size */
   uint64_t buckets;         /* reduction buckets (constant size) */
   uint64_t gather_window;   /* stage 3 gather window slots (constant size) */
-  uint64_t grad_staging;    /* the framework's gradient window, and the f32 copy of the
-                               gradient shard handed to the optimizer when reduce_dtype is not
-                               f32 (or the shard is not contiguous, stage 1) */
+  uint64_t grad_staging;    /* the framework's gradient window (the largest unit's
+                               gradients; two that alternate with host buckets, stages 2/3),
+                               and the f32 copy of the gradient shard handed to the optimizer
+                               when reduce_dtype is not f32 (or the shard is not contiguous,
+                               stage 1) */
   uint64_t model_state;     /* sum of the six model-state categories */
   uint64_t total;           /* every category, step_backup included */
   double theoretical_model_state; /* the ZeRO formula, unpadded */
