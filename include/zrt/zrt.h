@@ -320,8 +320,8 @@ ZRT_API zrt_status_t zrt_barrier(zrt_comm_t comm, zrt_stream_t stream);
 /* Point-to-point: a zrt_send to `peer` matches the zrt_recv from this rank enqueued in the same
  * order on the peer's corresponding stream; counts and dtypes must agree (a longer message than
  * the receive buffer fails both sides). peer == own rank is allowed (a local copy). */
-ZRT_API zrt_status_t zrt_send(zrt_comm_t comm, const void* sendbuf, size_t count,
-                              zrt_dtype_t dtype, int peer, zrt_stream_t stream);
+ZRT_API zrt_status_t zrt_send(zrt_comm_t comm, const void* sendbuf, size_t count, zrt_dtype_t dtype,
+                              int peer, zrt_stream_t stream);
 ZRT_API zrt_status_t zrt_recv(zrt_comm_t comm, void* recvbuf, size_t count, zrt_dtype_t dtype,
                               int peer, zrt_stream_t stream);
 
@@ -413,33 +413,33 @@ typedef struct zrt_partition* zrt_partition_t;
 #define ZRT_PARAM_UNSHARDED 2u /* stage 3: always gathered (its master/state stay sharded) */
 
 typedef struct zrt_partition_config {
-  size_t size;       /* sizeof(zrt_partition_config_t) as the caller compiled it */
-  uint32_t magic;    /* ZRT_CONFIG_MAGIC */
-  uint32_t version;  /* ZRT_VERSION_CODE as the caller compiled it */
-  int stage;         /* 0, 1, 2, 3. Default 2: stage 1's traffic, less gradient memory */
-  zrt_dtype_t param_dtype;  /* f32/f16/bf16. Default f32 (what a plain framework registers) */
-  zrt_dtype_t reduce_dtype; /* gradient buckets and reduction. Default f32 (accurate sums) */
-  zrt_dtype_t master_dtype; /* must be f32 (optimizer updates vanish in 16 bits) */
-  int optimizer_slots;      /* f32 state arrays per element. Default 2 (Adam) */
-  size_t bucket_bytes;      /* stages 0-2 bucket size. Default 25 MiB (DDP's bucket_cap_mb) */
-  int prefetch_depth;       /* stage 3 units gathered ahead. Default 1 */
-  size_t prefetch_bytes;    /* stage 3 cap on prefetched bytes in flight; 0 = none */
-  size_t max_live_bytes;    /* stage 3 cap on gathered bytes at once; 0 = depth + 1 units */
+  size_t size;                  /* sizeof(zrt_partition_config_t) as the caller compiled it */
+  uint32_t magic;               /* ZRT_CONFIG_MAGIC */
+  uint32_t version;             /* ZRT_VERSION_CODE as the caller compiled it */
+  int stage;                    /* 0, 1, 2, 3. Default 2: stage 1's traffic, less gradient memory */
+  zrt_dtype_t param_dtype;      /* f32/f16/bf16. Default f32 (what a plain framework registers) */
+  zrt_dtype_t reduce_dtype;     /* gradient buckets and reduction. Default f32 (accurate sums) */
+  zrt_dtype_t master_dtype;     /* must be f32 (optimizer updates vanish in 16 bits) */
+  int optimizer_slots;          /* f32 state arrays per element. Default 2 (Adam) */
+  size_t bucket_bytes;          /* stages 0-2 bucket size. Default 25 MiB (DDP's bucket_cap_mb) */
+  int prefetch_depth;           /* stage 3 units gathered ahead. Default 1 */
+  size_t prefetch_bytes;        /* stage 3 cap on prefetched bytes in flight; 0 = none */
+  size_t max_live_bytes;        /* stage 3 cap on gathered bytes at once; 0 = depth + 1 units */
   size_t persistence_threshold; /* stage 3, elements; smaller params stay gathered. 100000 */
-  size_t alignment;         /* elements; slices start on multiples of it. Default 128 */
-  zrt_mem_kind_t mem_kind;  /* where the buffers live. Default ZRT_MEM_HOST */
-  int no_sync_accumulation; /* stages 2/3: keep full local gradients so micro-batches may skip
-                               the reduction (zrt_partition_set_sync(pm, 0)). Default 0 */
-  int step_backup;          /* 1: keep one copy of master + optimizer state (allocated once at
-                               finalize) so a step whose optimizer fails on any rank is rolled
-                               back on every rank (see zrt_partition_step). 0: no copy; only
-                               failures before the optimizer leave the state intact. Default 1 */
+  size_t alignment;             /* elements; slices start on multiples of it. Default 128 */
+  zrt_mem_kind_t mem_kind;      /* where the buffers live. Default ZRT_MEM_HOST */
+  int no_sync_accumulation;     /* stages 2/3: keep full local gradients so micro-batches may skip
+                                   the reduction (zrt_partition_set_sync(pm, 0)). Default 0 */
+  int step_backup;              /* 1: keep one copy of master + optimizer state (allocated once at
+                                   finalize) so a step whose optimizer fails on any rank is rolled
+                                   back on every rank (see zrt_partition_step). 0: no copy; only
+                                   failures before the optimizer leave the state intact. Default 1 */
 } zrt_partition_config_t;
 
-#define ZRT_PARTITION_CONFIG_INIT                                                        \
-  {                                                                                      \
-    sizeof(zrt_partition_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, 2, ZRT_F32,     \
-        ZRT_F32, ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0, 1  \
+#define ZRT_PARTITION_CONFIG_INIT                                                            \
+  {                                                                                          \
+    sizeof(zrt_partition_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, 2, ZRT_F32, ZRT_F32, \
+        ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0, 1               \
   }
 
 /* Applies the keys of a JSON object in file `path` over *config (absent keys keep their value):
@@ -481,15 +481,15 @@ ZRT_API zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, con
                                               zrt_dtype_t dtype);
 
 typedef struct zrt_param_info {
-  size_t size;      /* sizeof(zrt_param_info_t); set before the call */
+  size_t size; /* sizeof(zrt_param_info_t); set before the call */
   int unit;
   size_t numel;
-  uint32_t flags;   /* as registered */
-  int resident;     /* 1: full data always available (stages 0-2, frozen, persistent) */
+  uint32_t flags; /* as registered */
+  int resident;   /* 1: full data always available (stages 0-2, frozen, persistent) */
   int first_segment, last_segment; /* segments holding it (-1 when frozen) */
-  size_t segment_offset; /* element offset of its first element in first_segment */
-  size_t view_offset;    /* element offset in its gathered buffer (full buffer, unit window
-                            slot, persistent or frozen store) */
+  size_t segment_offset;           /* element offset of its first element in first_segment */
+  size_t view_offset; /* element offset in its gathered buffer (full buffer, unit window
+                         slot, persistent or frozen store) */
 } zrt_param_info_t;
 
 /* Where a parameter lives (see zrt_param_info_t). Local. Errors: ZRT_INVALID_ARGUMENT,
@@ -556,16 +556,16 @@ ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
  * reduction), and returns once the work is enqueued: with host buckets (stages 2/3 without
  * no_sync_accumulation), large gradients are copied out of the window on zrt's progress thread
  * after the call returns, so the unit's gradient pointers must not be written again (they are
- * handed out anew by later grad_data calls, which wait for the copies). Errors: ZRT_INVALID_ARGUMENT (unknown unit),
- * ZRT_INVALID_USAGE (signalled twice in one micro-batch), ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
+ * handed out anew by later grad_data calls, which wait for the copies). Errors:
+ * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch),
+ * ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 
 /* Global gradient figures over all ranks, computed on the reduced gradient shards after waiting
  * for all reductions: the L2 norm (sum of squares in f64) and whether any element is inf/NaN.
  * Either output may be NULL; asking for both costs one all-reduce. Collective. Errors:
  * ZRT_INVALID_ARGUMENT (both NULL), ZRT_INVALID_USAGE (gradients incomplete), ZRT_TIMEOUT. */
-ZRT_API zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm,
-                                             int* has_nonfinite);
+ZRT_API zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_nonfinite);
 
 /* What the optimizer callback receives: the local shard, count elements each. master, grad and
  * state[i] are f32 and contiguous; the optimizer updates master and state in place (grad is
@@ -631,13 +631,13 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  *    (stage 3 shard, stages 0-2 the owned slices; slices that peers' gathers had already
  *    delivered are not re-fetched).
  * With step_backup = 0 only failures before the optimizer are covered: after an optimizer
- * failure on any rank (or a failed agreement after it), every rank returns an error without publishing, and master/state hold
- * whatever the callbacks left (updated where they succeeded); restore from a checkpoint rather
- * than retrying. The post-step conversions and all-gathers run asynchronously: once
- * zrt_partition_step has returned ZRT_SUCCESS the step is committed, and a later gather failure
- * surfaces in zrt_partition_fetch. The copy of master and state for step_backup is taken in the
- * background from the first zrt_partition_fetch after they changed, so it overlaps the
- * framework's compute; a step finds it done (or takes it itself when no fetch came first). */
+ * failure on any rank (or a failed agreement after it), every rank returns an error without
+ * publishing, and master/state hold whatever the callbacks left (updated where they succeeded);
+ * restore from a checkpoint rather than retrying. The post-step conversions and all-gathers run
+ * asynchronously: once zrt_partition_step has returned ZRT_SUCCESS the step is committed, and a
+ * later gather failure surfaces in zrt_partition_fetch. The copy of master and state for
+ * step_backup is taken in the background, a share at each zrt_partition_fetch after they
+ * changed, so it overlaps the framework's compute; a step copies what the fetches did not. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 
@@ -648,7 +648,7 @@ ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn opt
  * no_sync_accumulation, the full local gradients), computed for the unpadded parameter count;
  * the difference is the segments' padding. */
 typedef struct zrt_partition_memory {
-  size_t size; /* sizeof(zrt_partition_memory_t); set before the call */
+  size_t size;              /* sizeof(zrt_partition_memory_t); set before the call */
   uint64_t full_params;     /* gathered-for-good parameters (stages 0-2; stage 3 persistent) */
   uint64_t param_shard;     /* stage 3 parameter shard */
   uint64_t gradients;       /* full local gradients (stages 0/1; 2/3 with no-sync) */
@@ -665,11 +665,11 @@ typedef struct zrt_partition_memory {
   uint64_t model_state;     /* sum of the six model-state categories */
   uint64_t total;           /* every category, step_backup included */
   double theoretical_model_state; /* the ZeRO formula, unpadded */
-  uint64_t parameters;      /* trainable elements (P), without padding */
-  uint64_t padded_parameters; /* trainable elements with segment padding */
-  uint64_t step_backup;     /* copy of master + optimizer state for rolling back a failed step
-                               (step_backup = 1); not model state, included in total. Written
-                               only when memory->size covers it */
+  uint64_t parameters;            /* trainable elements (P), without padding */
+  uint64_t padded_parameters;     /* trainable elements with segment padding */
+  uint64_t step_backup;           /* copy of master + optimizer state for rolling back a failed step
+                                     (step_backup = 1); not model state, included in total. Written
+                                     only when memory->size covers it */
 } zrt_partition_memory_t;
 
 /* Fills *memory for a finalized manager (measured from its arenas); memory->size may be that
@@ -740,8 +740,7 @@ ZRT_API zrt_status_t zrt_nccl_version(int* version);
  * zrt stream. Same ordering rule and first-use initialisation as zrt_stream_create.
  * Errors: ZRT_INVALID_ARGUMENT (NULL comm or output), ZRT_UNSUPPORTED, ZRT_TIMEOUT,
  * ZRT_REMOTE_ERROR (another rank could not initialise CUDA: it is named). */
-ZRT_API zrt_status_t zrt_stream_from_cuda(zrt_comm_t comm, void* cuda_stream,
-                                          zrt_stream_t* stream);
+ZRT_API zrt_status_t zrt_stream_from_cuda(zrt_comm_t comm, void* cuda_stream, zrt_stream_t* stream);
 
 /* The cudaStream_t behind a CUDA zrt stream, into *cuda_stream. Errors: ZRT_INVALID_ARGUMENT
  * (NULL, or a host stream). */
