@@ -273,8 +273,8 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (windows) {
           task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
-          const uint32_t after = WindowReduceScatter::units(
-              layout, size, esize, stream.engine().options().window_slot_bytes);
+          const uint32_t after =
+              WindowPhase::units(layout, size, esize, stream.engine().options().window_slot_bytes);
           task->add_phase(std::make_unique<WindowAllGather>(own, recv, layout, esize, after));
         } else {
           task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));

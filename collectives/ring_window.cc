@@ -18,7 +18,7 @@ uint32_t RingWindow::ready_tag(uint64_t unit) const {
   return static_cast<uint32_t>((tag_offset_ + unit) % kTagModulus);
 }
 
-Status RingWindow::start(TaskContext& context, uint64_t units, uint32_t tag_offset) {
+Status RingWindow::attach(TaskContext& context) {
   resources_ = context.resources;
   if (resources_ == nullptr || !resources_->windows || resources_->inbox == nullptr) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: the stream has no window inbox");
@@ -32,13 +32,16 @@ Status RingWindow::start(TaskContext& context, uint64_t units, uint32_t tag_offs
   right_inbox_ = resources_->right_inbox;
   left_ = ring_mod(context.rank - 1, context.size);
   right_ = ring_mod(context.rank + 1, context.size);
+  return Status::ok();
+}
+
+void RingWindow::start(uint64_t units, uint32_t tag_offset) {
   units_ = units;
   tag_offset_ = tag_offset;
   next_ready_post_ = 0;
   written_ = 0;
   handshake_started_ = false;
   ready_seen_.fill(false);
-  return Status::ok();
 }
 
 Status RingWindow::handshake(TaskContext& context, CollTask& task, bool* ready) {

@@ -37,8 +37,10 @@ class RingWindow {
  public:
   static constexpr int kMaxSlots = kWindowMaxSlots;
 
+  // Takes the stream's inbox geometry and the ring neighbours; then chunk_elements is known.
+  Status attach(TaskContext& context);
   // Resets the per-collective state; `units` is how many chunks travel each link.
-  Status start(TaskContext& context, uint64_t units, uint32_t tag_offset);
+  void start(uint64_t units, uint32_t tag_offset);
 
   // Runs the handshake if the stream has none yet; *ready once the right inbox is mapped.
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
@@ -62,8 +64,11 @@ class RingWindow {
   Status drained(CollTask& task, bool* done);
 
   // Elements per chunk: one slot's worth.
+  static size_t chunk_elements(size_t slot_bytes, size_t element_size) {
+    return std::max<size_t>(1, slot_bytes / element_size);
+  }
   size_t chunk_elements(size_t element_size) const {
-    return std::max<size_t>(1, slot_bytes_ / element_size);
+    return chunk_elements(slot_bytes_, element_size);
   }
   int left() const { return left_; }
   int right() const { return right_; }

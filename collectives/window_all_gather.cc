@@ -7,10 +7,6 @@
 
 namespace zrt {
 
-size_t WindowAllGather::chunk_count(int block, size_t chunk) const {
-  return layout_.chunk_length(block, chunk, chunk_elems_);
-}
-
 char* WindowAllGather::output_chunk(int block, size_t chunk) const {
   return output_ + (layout_.offset(block) + chunk * chunk_elems_) * element_size_;
 }
@@ -24,25 +20,17 @@ void WindowAllGather::write_output(char* out, const char* in, size_t bytes) cons
 }
 
 Status WindowAllGather::start(TaskContext& context, CollTask&) {
-  next_write_ = next_consume_ = 0;
-  ZRT_RETURN_IF_ERROR(window_.start(context, 0, tag_offset_));  // for the slot size
-  chunk_elems_ = window_.chunk_elements(element_size_);
-  const uint64_t chunks = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;
-  unit_count_ = chunks * static_cast<uint64_t>(context.size - 1);
+  ZRT_RETURN_IF_ERROR(start_window(context));
   in_place_ = own_ == output_chunk(context.rank, 0);
   const size_t output_bytes =
       (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * element_size_;
   stream_output_ = output_bytes >= kStreamOutputMinBytes;
-  return window_.start(context, unit_count_, tag_offset_);
+  return Status::ok();
 }
 
 Status WindowAllGather::progress(TaskContext& context, CollTask& task, bool* done) {
-  if (unit_count_ == 0) {
-    *done = true;
-    return Status::ok();
-  }
   bool ready = false;
-  ZRT_RETURN_IF_ERROR(window_.handshake(context, task, &ready));
+  ZRT_RETURN_IF_ERROR(ready_to_move(context, task, &ready, done));
   if (!ready) return Status::ok();
   const int n = context.size;
   const int rank = context.rank;
@@ -90,11 +78,7 @@ Status WindowAllGather::progress(TaskContext& context, CollTask& task, bool* don
     }
     if (!moved) break;
   }
-  if (next_consume_ < unit_count_) {
-    task.note_waiting(window_.left());
-    return Status::ok();
-  }
-  return window_.drained(task, done);
+  return finish(task, done);
 }
 
 }  // namespace zrt

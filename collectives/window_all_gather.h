@@ -13,42 +13,30 @@
 // Each rank writes exactly (N-1) blocks into its neighbour: S(N-1)/N bytes for equal blocks.
 #pragma once
 
-#include "collectives/coll_task.h"
-#include "collectives/ring_window.h"
+#include "collectives/window_phase.h"
 
 namespace zrt {
 
-class WindowAllGather final : public Phase {
+class WindowAllGather final : public WindowPhase {
  public:
   // own: this rank's contribution (== output + offset(rank) in place).
   WindowAllGather(const void* own, void* output, BlockLayout layout, size_t element_size,
                   uint32_t tag_offset)
-      : own_(static_cast<const char*>(own)),
-        output_(static_cast<char*>(output)),
-        layout_(layout),
-        element_size_(element_size),
-        tag_offset_(tag_offset) {}
+      : WindowPhase(layout, element_size, tag_offset),
+        own_(static_cast<const char*>(own)),
+        output_(static_cast<char*>(output)) {}
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
 
  private:
-  size_t chunk_count(int block, size_t chunk) const;
   char* output_chunk(int block, size_t chunk) const;
   void write_output(char* out, const char* in, size_t bytes) const;
 
   const char* own_;
   char* output_;
-  BlockLayout layout_;
-  size_t element_size_;
-  uint32_t tag_offset_;
   bool in_place_ = false;
   bool stream_output_ = false;  // the output exceeds the caches: written with stream_copy
-  size_t chunk_elems_ = 0;
-  uint64_t unit_count_ = 0;
-  uint64_t next_write_ = 0;
-  uint64_t next_consume_ = 0;
-  RingWindow window_;
 };
 
 }  // namespace zrt

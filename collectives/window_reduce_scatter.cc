@@ -5,43 +5,17 @@
 
 namespace zrt {
 
-namespace {
-uint64_t chunks_per_block(const BlockLayout& layout, size_t chunk_elems) {
-  return (layout.max_length() + chunk_elems - 1) / chunk_elems;
-}
-}  // namespace
-
-uint32_t WindowReduceScatter::units(const BlockLayout& layout, int size, size_t element_size,
-                                    size_t slot_bytes) {
-  const size_t chunk_elems = std::max<size_t>(1, slot_bytes / element_size);
-  return static_cast<uint32_t>(chunks_per_block(layout, chunk_elems) *
-                               static_cast<uint64_t>(size - 1));
-}
-
-size_t WindowReduceScatter::chunk_count(int block, size_t chunk) const {
-  return layout_.chunk_length(block, chunk, chunk_elems_);
-}
-
 const char* WindowReduceScatter::input_chunk(int block, size_t chunk) const {
   return input_ + (layout_.offset(block) + chunk * chunk_elems_) * spec_.element_size;
 }
 
 Status WindowReduceScatter::start(TaskContext& context, CollTask&) {
-  next_write_ = next_consume_ = 0;
-  // The window knows the slot size: start it first (units are set once they are known).
-  ZRT_RETURN_IF_ERROR(window_.start(context, 0, tag_offset_));
-  chunk_elems_ = window_.chunk_elements(spec_.element_size);
-  unit_count_ = chunks_per_block(layout_, chunk_elems_) * static_cast<uint64_t>(context.size - 1);
-  return window_.start(context, unit_count_, tag_offset_);
+  return start_window(context);
 }
 
 Status WindowReduceScatter::progress(TaskContext& context, CollTask& task, bool* done) {
-  if (unit_count_ == 0) {
-    *done = true;
-    return Status::ok();
-  }
   bool ready = false;
-  ZRT_RETURN_IF_ERROR(window_.handshake(context, task, &ready));
+  ZRT_RETURN_IF_ERROR(ready_to_move(context, task, &ready, done));
   if (!ready) return Status::ok();
   const int n = context.size;
   const int rank = context.rank;
@@ -89,11 +63,7 @@ Status WindowReduceScatter::progress(TaskContext& context, CollTask& task, bool*
     }
     if (!moved) break;
   }
-  if (next_consume_ < unit_count_) {
-    task.note_waiting(window_.left());
-    return Status::ok();
-  }
-  return window_.drained(task, done);
+  return finish(task, done);
 }
 
 }  // namespace zrt

@@ -14,42 +14,28 @@
 // Each rank writes exactly (N-1) blocks into its neighbour: S(N-1)/N bytes for equal blocks.
 #pragma once
 
-#include "collectives/coll_task.h"
-#include "collectives/ring_window.h"
+#include "collectives/window_phase.h"
 
 namespace zrt {
 
-class WindowReduceScatter final : public Phase {
+class WindowReduceScatter final : public WindowPhase {
  public:
   WindowReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
                       uint32_t tag_offset)
-      : input_(static_cast<const char*>(input)),
+      : WindowPhase(layout, spec.element_size, tag_offset),
+        input_(static_cast<const char*>(input)),
         output_(static_cast<char*>(output)),
-        layout_(layout),
-        spec_(spec),
-        tag_offset_(tag_offset) {}
+        spec_(spec) {}
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
 
-  // Units used, so a following phase's notification tags can start after them.
-  static uint32_t units(const BlockLayout& layout, int size, size_t element_size,
-                        size_t slot_bytes);
-
  private:
-  size_t chunk_count(int block, size_t chunk) const;
   const char* input_chunk(int block, size_t chunk) const;
 
   const char* input_;
   char* output_;
-  BlockLayout layout_;
   ReduceSpec spec_;
-  uint32_t tag_offset_;
-  size_t chunk_elems_ = 0;
-  uint64_t unit_count_ = 0;
-  uint64_t next_write_ = 0;
-  uint64_t next_consume_ = 0;
-  RingWindow window_;
 };
 
 }  // namespace zrt
