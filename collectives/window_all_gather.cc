@@ -38,20 +38,17 @@ Status WindowAllGather::progress(TaskContext& context, CollTask& task, bool* don
   for (;;) {
     bool moved = false;
     ZRT_RETURN_IF_ERROR(window_.post_ready_receives(context, task, next_consume_));
-    // Our own block's chunks, as far ahead as the credits allow.
-    while (next_write_ < unit_count_ && next_write_ % steps == 0) {
-      bool writable = false;
-      ZRT_RETURN_IF_ERROR(window_.writable(task, next_write_, &writable));
-      if (!writable) break;
-      const size_t chunk = next_write_ / steps;
-      const size_t bytes = chunk_count(rank, chunk) * element_size_;
-      const char* source = own_ + chunk * chunk_elems_ * element_size_;
-      std::memcpy(window_.right_slot(next_write_), source, bytes);
-      if (!in_place_) write_output(output_chunk(rank, chunk), source, bytes);
-      ZRT_RETURN_IF_ERROR(window_.written(context, task, next_write_, bytes));
-      ++next_write_;
-      moved = true;
-    }
+    // Our own block's chunks (out of place, into our own output block too, while in cache).
+    ZRT_RETURN_IF_ERROR(write_ahead(
+        context, task,
+        [&](size_t chunk, char* slot) {
+          const size_t bytes = chunk_count(rank, chunk) * element_size_;
+          const char* source = own_ + chunk * chunk_elems_ * element_size_;
+          std::memcpy(slot, source, bytes);
+          if (!in_place_) write_output(output_chunk(rank, chunk), source, bytes);
+          return bytes;
+        },
+        &moved));
     // Deliver the oldest arrived chunk, forwarding it unless its block ends here.
     if (next_consume_ < unit_count_) {
       const uint64_t unit = next_consume_;

@@ -48,6 +48,24 @@ class WindowPhase : public Phase {
     return window_.handshake(context, task, ready);
   }
 
+  // Writes this rank's step-0 units (c, 0) into the right neighbour's inbox as far ahead as its
+  // credits allow: write(chunk, slot) copies chunk c of the phase's own block into the slot and
+  // returns the bytes written. *moved if any was.
+  template <typename Write>
+  Status write_ahead(TaskContext& context, CollTask& task, Write&& write, bool* moved) {
+    const uint64_t steps = static_cast<uint64_t>(context.size - 1);
+    while (next_write_ < unit_count_ && next_write_ % steps == 0) {
+      bool writable = false;
+      ZRT_RETURN_IF_ERROR(window_.writable(task, next_write_, &writable));
+      if (!writable) break;
+      const size_t bytes = write(next_write_ / steps, window_.right_slot(next_write_));
+      ZRT_RETURN_IF_ERROR(window_.written(context, task, next_write_, bytes));
+      ++next_write_;
+      *moved = true;
+    }
+    return Status::ok();
+  }
+
   // After moving what could be moved: waits on the left neighbour while units remain to be
   // consumed, then for the window to drain.
   Status finish(CollTask& task, bool* done) {

@@ -24,19 +24,16 @@ Status WindowReduceScatter::progress(TaskContext& context, CollTask& task, bool*
   for (;;) {
     bool moved = false;
     ZRT_RETURN_IF_ERROR(window_.post_ready_receives(context, task, next_consume_));
-    // Step-0 chunks: copies of our input block r-1, as far ahead as the credits allow.
-    while (next_write_ < unit_count_ && next_write_ % steps == 0) {
-      bool writable = false;
-      ZRT_RETURN_IF_ERROR(window_.writable(task, next_write_, &writable));
-      if (!writable) break;
-      const size_t chunk = next_write_ / steps;
-      const int block = ring_mod(rank - 1, n);
-      const size_t bytes = chunk_count(block, chunk) * esize;
-      std::memcpy(window_.right_slot(next_write_), input_chunk(block, chunk), bytes);
-      ZRT_RETURN_IF_ERROR(window_.written(context, task, next_write_, bytes));
-      ++next_write_;
-      moved = true;
-    }
+    // Step-0 chunks: copies of our input block r-1.
+    ZRT_RETURN_IF_ERROR(write_ahead(
+        context, task,
+        [&](size_t chunk, char* slot) {
+          const int block = ring_mod(rank - 1, n);
+          const size_t bytes = chunk_count(block, chunk) * esize;
+          std::memcpy(slot, input_chunk(block, chunk), bytes);
+          return bytes;
+        },
+        &moved));
     // Reduce the oldest arrived chunk, in unit order.
     if (next_consume_ < unit_count_) {
       const uint64_t unit = next_consume_;
