@@ -324,10 +324,11 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
     return Status::invalid_argument("dtype {} is not f32, f16 or bf16", dtype_name(dtype));
   }
   // Parameters must not change under an all-gather that is reading them, nor master under
-  // the step backup's copy.
+  // the step backup's copy; units gathered ahead hold the old parameters.
   ZRT_RETURN_IF_ERROR(ag_stream_->synchronize());
   ZRT_RETURN_IF_ERROR(settle_backup());
   invalidate_backup();
+  if (options_.stage == 3) forget_window();
   const ParamLocation& loc = layout_.params()[param];
   const size_t in_size = dtype_size(dtype);
   const char* in = static_cast<const char*>(values);

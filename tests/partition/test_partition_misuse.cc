@@ -143,8 +143,36 @@ void misuse_body(int rank, int /*size*/) {
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
+// load_param while units are gathered ahead (stage 3 prefetch): the next fetch of such a unit
+// must see the loaded values, not the gathered copy of the old ones.
+void load_after_prefetch_body(int /*rank*/, int /*size*/) {
+  zrt_comm_t comm = nullptr;
+  ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
+  std::vector<int> params;
+  zrt_partition_t pm = make_pm(comm, 3, 2, 1024, &params);
+  ASSERT_EQ(zrt_partition_finalize(pm), ZRT_SUCCESS) << zrt_last_error();
+  ASSERT_EQ(zrt_partition_fetch(pm, 0), ZRT_SUCCESS) << zrt_last_error();  // gathers 1 and 2 ahead
+  ASSERT_EQ(zrt_partition_release(pm, 0), ZRT_SUCCESS);
+  const std::vector<float> loaded(307, 7.0f);
+  ASSERT_EQ(zrt_partition_load_param(pm, params[1], loaded.data(), ZRT_F32), ZRT_SUCCESS)
+      << zrt_last_error();
+  ASSERT_EQ(zrt_partition_fetch(pm, 1), ZRT_SUCCESS) << zrt_last_error();
+  void* data = nullptr;
+  ASSERT_EQ(zrt_partition_param_data(pm, params[1], &data), ZRT_SUCCESS);
+  const float* values = static_cast<const float*>(data);
+  EXPECT_TRUE(std::all_of(values, values + 307, [](float v) { return v == 7.0f; }))
+      << "first element " << values[0];
+  ASSERT_EQ(zrt_partition_release(pm, 1), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
 TEST(PartitionMisuse, ClearErrorsNeverHangs) {
   expect_ranks_pass(2, misuse_body);
+}
+
+TEST(PartitionMisuse, LoadParamAfterPrefetchIsSeenByTheNextFetch) {
+  expect_ranks_pass(2, load_after_prefetch_body);
 }
 
 }  // namespace
