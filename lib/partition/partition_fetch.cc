@@ -274,7 +274,7 @@ Status PartitionManager::fetch(int unit) {
   // Every fetch after master or state changed enqueues a share of the step backup's copy, so it
   // runs behind the framework's compute, spread over the forward (partition_step.cc); after
   // this unit's gather and prefetches, so that it delays none the framework is waiting for.
-  if (!backup_current_) advance_backup();
+  if (!backup_current()) advance_backup();
   fetched_[unit] = 1;
   return Status::ok();
 }

@@ -143,6 +143,8 @@ class PartitionManager {
   // The all-or-nothing step (partition_step.cc).
   Status check_step_ready();
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
+  size_t backup_total() const { return layout_.shard_numel() * (1 + state_.size()); }
+  bool backup_current() const { return backup_cursor_ == backup_total(); }
   void take_backup();
   void advance_backup();
   Status settle_backup();
@@ -192,10 +194,10 @@ class PartitionManager {
   float* optimizer_grad_ = nullptr;
   float* backup_master_ = nullptr;    // step_backup: master before the optimizer
   std::vector<float*> backup_state_;  // step_backup: each state slot before it
-  // The backup equals master and state (taken, or its copy enqueued, since they last changed).
-  bool backup_current_ = false;
+  // Elements of master and the state slots (seen as one array) copied into the backup, or
+  // enqueued, since they last changed: the backup is current once it reaches backup_total().
+  size_t backup_cursor_ = 0;
   bool backup_in_flight_ = false;  // copies of it are enqueued on the all-gather stream
-  size_t backup_cursor_ = 0;       // elements (master, then each slot) copied or enqueued
 
   std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here

@@ -157,16 +157,14 @@ Status PartitionManager::copy_backup_range(size_t begin, size_t end, Stream* str
 }
 
 void PartitionManager::take_backup() {
-  const size_t total = layout_.shard_numel() * (1 + state_.size());
-  if (backup_master_ == nullptr || total == 0 || backup_current_) return;
-  static_cast<void>(copy_backup_range(backup_cursor_, total, nullptr));  // cannot fail
-  backup_cursor_ = total;
-  backup_current_ = true;
+  if (backup_master_ == nullptr || backup_current()) return;
+  static_cast<void>(copy_backup_range(backup_cursor_, backup_total(), nullptr));  // cannot fail
+  backup_cursor_ = backup_total();
 }
 
 void PartitionManager::advance_backup() {
-  const size_t total = layout_.shard_numel() * (1 + state_.size());
-  if (backup_master_ == nullptr || total == 0 || backup_current_) return;
+  if (backup_master_ == nullptr || backup_current()) return;
+  const size_t total = backup_total();
   const size_t units = std::max<size_t>(1, unit_specs_.size());
   const size_t end = std::min(total, backup_cursor_ + (total + units - 1) / units);
   backup_in_flight_ = true;  // even a partial enqueue must be waited for before master changes
@@ -174,11 +172,9 @@ void PartitionManager::advance_backup() {
   // stream's error first, would copy the rest itself.
   if (!copy_backup_range(backup_cursor_, end, ag_stream_).is_ok()) return;
   backup_cursor_ = end;
-  backup_current_ = end == total;
 }
 
 void PartitionManager::invalidate_backup() {
-  backup_current_ = false;
   backup_cursor_ = 0;
 }
 
@@ -200,8 +196,7 @@ void PartitionManager::restore_backup() {
   if (backup_master_ == nullptr || bytes == 0) return;
   ops_->copy(master_, backup_master_, bytes);
   for (size_t i = 0; i < state_.size(); ++i) ops_->copy(state_[i], backup_state_[i], bytes);
-  backup_current_ = true;
-  backup_cursor_ = layout_.shard_numel() * (1 + state_.size());
+  backup_cursor_ = backup_total();
 }
 
 // Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
