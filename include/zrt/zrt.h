@@ -555,8 +555,10 @@ ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
  * reduction of every bucket this completes. It may wait for a bucket to come free (its previous
  * reduction), and returns once the work is enqueued: with host buckets (stages 2/3 without
  * no_sync_accumulation), large gradients are copied out of the window on zrt's progress thread
- * after the call returns, so the unit's gradient pointers must not be written again (they are
- * handed out anew by later grad_data calls, which wait for the copies). Errors:
+ * after the call returns, or, where the window holds a whole bucket in the reduce dtype, the
+ * bucket's first reduction after a step reads the window itself; so the unit's gradient
+ * pointers must not be written again (they are handed out anew by later grad_data calls, which
+ * wait for those copies and reductions). Errors:
  * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch),
  * ZRT_TIMEOUT, ZRT_REMOTE_ERROR. */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);

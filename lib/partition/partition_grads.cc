@@ -21,9 +21,14 @@
 //
 // Copies out of the gradient window into the buckets run on the progress thread (copy_stream_,
 // large pieces only), so grad_ready returns once the work is enqueued; the bucket's reduction
-// waits for them on its stream. Two windows alternate: the framework writes the next unit's
-// gradients into one while the last unit's leave the other, and grad_data waits only when the
-// copies of the unit before that are still running.
+// waits for them on its stream. No copy at all where the window holds a whole segment, unpadded
+// or at the end of the unit's gradients, in the reduce dtype (segment_window_offset_): the
+// segment's first reduction after a step then reduce-scatters out of the window straight into
+// the gradient shard, so backward moves each such gradient byte once instead of three times
+// (read and write of the copy, then the reduction's read). Two windows alternate: the framework
+// writes the next unit's gradients into one while the last unit's leave the other, and
+// grad_data waits only when the copies or reductions reading the window of the unit before that
+// are still running.
 #include <algorithm>
 
 #include "collectives/collectives.h"
@@ -243,6 +248,7 @@ Status PartitionManager::grad_ready(int unit) {
   ZRT_RETURN_IF_ERROR(open_grad_window());
   char* window = grad_windows_[open_window_];
   bool copies_queued = false;
+  bool window_reduced = false;
   bool copies_unwaited = copies_unwaited_;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const SegmentPiece& piece = pieces[i];
@@ -250,6 +256,21 @@ Status PartitionManager::grad_ready(int unit) {
     char* src = param_ptr(window, loc.staging_offset + piece.param_offset);
     if (unwritten) ops_->zero(src, piece.count * p_size_);
     const int s = piece_segments[i];
+    // The segment's first reduction after a step reads the window itself when the window holds
+    // it whole: the reduced slice goes straight into the gradient shard, and no bucket copy
+    // doubles the memory traffic of backward.
+    const bool from_window = full_grads_ == nullptr && sync_ && size_ > 1 && grad_fresh_[s] != 0 &&
+                             segment_window_offset_[s] != kNotInWindow;
+    if (from_window) {
+      if (i + 1 < pieces.size() && piece_segments[i + 1] == s) continue;
+      const Segment& seg = layout_.segments()[s];
+      char* data = param_ptr(window, segment_window_offset_[s]);
+      ops_->zero(grad_ptr(data, seg.used), (seg.numel - seg.used) * g_size_);  // padding
+      pending_[s] = segment_units_[s];  // this unit alone fills the segment
+      ZRT_RETURN_IF_ERROR(reduce_segment(s, data));
+      window_reduced = true;
+      continue;
+    }
     if (full_grads_ != nullptr) {
       ops_->accumulate(pdt, src, gdt,
                        grad_ptr(full_grads_, segment_start(s) + piece.segment_offset), piece.count,
@@ -292,11 +313,21 @@ Status PartitionManager::grad_ready(int unit) {
     }
     ZRT_RETURN_IF_ERROR(reduce_segment(s, data));
   }
-  copies_unwaited_ = copies_unwaited;
-  if (copies_queued) {
+  if (window_reduced) {
+    // The window is read on two streams: its event goes on the reduce-scatter stream, after
+    // the copies out of it too.
+    if (copies_queued) {
+      ZRT_RETURN_IF_ERROR(copy_event_->record(*copy_stream_));
+      ZRT_RETURN_IF_ERROR(rs_stream_->wait_event(*copy_event_));
+      copies_unwaited = false;
+    }
+    ZRT_RETURN_IF_ERROR(window_read_[open_window_]->record(*rs_stream_));
+    window_busy_[open_window_] = 1;
+  } else if (copies_queued) {
     ZRT_RETURN_IF_ERROR(window_read_[open_window_]->record(*copy_stream_));
     window_busy_[open_window_] = 1;
   }
+  copies_unwaited_ = copies_unwaited;
   next_window_ = (open_window_ + 1) % static_cast<int>(grad_windows_.size());
   open_window_ = -1;
   signalled_[unit] = 1;

@@ -297,6 +297,30 @@ Status PartitionManager::finalize() {
       unit_piece_segment_[u].push_back(static_cast<int>(s));
     }
   }
+  segment_window_offset_.assign(segments.size(), kNotInWindow);
+  if (copy_stream_ != nullptr && options_.param_dtype == options_.reduce_dtype) {
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const Segment& seg = segments[s];
+      if (seg.persistent || segment_units_[s] != 1) continue;
+      // Contiguous: every piece sits at the same distance from its place in the segment.
+      size_t start = kNotInWindow;
+      bool contiguous = true;
+      for (const SegmentPiece& piece : seg.pieces) {
+        const size_t at = layout_.params()[piece.param].staging_offset + piece.param_offset;
+        const size_t begin = at >= piece.segment_offset ? at - piece.segment_offset : kNotInWindow;
+        if (start == kNotInWindow) start = begin;
+        contiguous = contiguous && begin != kNotInWindow && begin == start;
+      }
+      // Padding after the pieces is zeroed in the window: only where the unit's gradients end
+      // (a persistent parameter's may follow them), and only if the window has room.
+      const int unit = layout_.params()[seg.pieces.front().param].unit;
+      const bool padding_free =
+          seg.numel == seg.used || start + seg.used == layout_.units()[unit].trainable_numel;
+      if (contiguous && padding_free && start + seg.numel <= plan_.grad_window) {
+        segment_window_offset_[s] = start;
+      }
+    }
+  }
   trainable_units_ = 0;
   for (const UnitLayout& unit : layout_.units()) trainable_units_ += unit.trainable_numel > 0;
   pending_ = segment_units_;

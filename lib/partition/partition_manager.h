@@ -212,8 +212,8 @@ class PartitionManager {
   // one unit's gradients while the previous unit's leave the other.
   Stream* copy_stream_ = nullptr;
   Event* copy_event_ = nullptr;
-  std::vector<Event*> window_read_;     // per window: after the copies out of it
-  std::vector<char> window_busy_;       // per window: copies out of it may still be running
+  std::vector<Event*> window_read_;     // per window: after the copies and reductions reading it
+  std::vector<char> window_busy_;       // per window: they may still be running
   int next_window_ = 0;                 // the window the next unit's gradients go to
   int open_window_ = -1;                // the window of the open unit (open_unit_), or -1
   bool copies_unwaited_ = false;        // copies into a bucket no reduction has waited for yet
@@ -226,7 +226,12 @@ class PartitionManager {
   std::vector<std::vector<int>> unit_segments_;         // per unit: segments it feeds
   std::vector<std::vector<SegmentPiece>> unit_pieces_;  // per unit: its pieces, all segments
   std::vector<std::vector<int>> unit_piece_segment_;    // segment of each unit_pieces_ entry
-  std::vector<int> segment_units_;                      // units feeding each segment
+  // Per segment: where it starts in its unit's gradient window, when the window holds it whole,
+  // in segment order and in the reduce dtype (host buckets only); kNotInWindow otherwise. Such a
+  // segment's first reduction after a step reads the window itself (partition_grads.cc).
+  static constexpr size_t kNotInWindow = static_cast<size_t>(-1);
+  std::vector<size_t> segment_window_offset_;
+  std::vector<int> segment_units_;  // units feeding each segment
   int trainable_units_ = 0;
 
   // Per unit state.

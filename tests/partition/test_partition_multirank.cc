@@ -3,6 +3,7 @@
 // prefetch window. Each rank count runs many configurations inside one fork.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -295,6 +296,89 @@ void window_body(int /*rank*/, int /*size*/) {
 
 TEST(PartitionMultirank, PrefetchWindowStaysWithinDepthAndBudgetN2) {
   expect_ranks_pass(2, window_body);
+}
+
+// Gradient windows read in place. Units of 768 Ki elements (a multiple of N x 128 for N = 2, 3)
+// and buckets of one unit: every
+// segment lies whole in its unit's gradient window, so its first reduction after a step reads
+// the window itself, while the framework, as soon as grad_data hands the next window out, fills
+// it. Each unit's gradient is a value of its own per rank, so a window overwritten before its
+// reduction had read it shows in the reduced shard; a second micro-batch (reduced into the
+// shard, not straight from the window) and a few steps are checked too, every element.
+void window_reuse_body(int rank, int size) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  constexpr size_t kNumel = size_t{3} << 18;
+  constexpr int kUnits = 6;
+  for (int stage : {2, 3}) {
+    for (int micro_batches : {1, 2}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "stage " << stage << ", " << micro_batches << " micro-batch(es)");
+      zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+      config.stage = stage;
+      config.optimizer_slots = 0;
+      config.persistence_threshold = 0;
+      config.bucket_bytes = kNumel * sizeof(float);
+      zrt_partition_t pm = nullptr;
+      ASSERT_EQ(zrt_partition_create(comm, &config, &pm), ZRT_SUCCESS) << zrt_last_error();
+      std::vector<int> params;
+      for (int u = 0; u < kUnits; ++u) {
+        int unit = 0, param = 0;
+        ASSERT_EQ(zrt_partition_add_unit(pm, "u", &unit), ZRT_SUCCESS);
+        ASSERT_EQ(zrt_partition_add_param(pm, unit, "w", kNumel, 0, &param), ZRT_SUCCESS);
+        params.push_back(param);
+      }
+      ASSERT_EQ(zrt_partition_finalize(pm), ZRT_SUCCESS) << zrt_last_error();
+      // Rank r writes g(u, r, step) = (u + 1) * (r + 1) + step * 100: the average over ranks
+      // is (u + 1) * (N + 1) / 2 + step * 100, times the micro-batch count.
+      struct Expect {
+        std::vector<int> params;
+        int size, micro_batches, step, wrong;
+      } expect{params, size, micro_batches, 0, 0};
+      zrt_optimizer_fn check = [](const zrt_optimizer_args_t* args, void* user) {
+        auto* e = static_cast<Expect*>(user);
+        for (size_t i = 0; i < args->num_pieces; ++i) {
+          const zrt_shard_piece_t& piece = args->pieces[i];
+          const float want = static_cast<float>(
+              e->micro_batches * ((piece.param + 1) * (e->size + 1) / 2.0 + e->step * 100));
+          for (size_t k = 0; k < piece.count; ++k) {
+            if (std::fabs(args->grad[piece.shard_offset + k] - want) > 1e-6f * want) ++e->wrong;
+          }
+        }
+        return ZRT_SUCCESS;
+      };
+      for (int step = 0; step < 3; ++step) {
+        for (int mb = 0; mb < micro_batches; ++mb) {
+          for (int u = 0; u < kUnits; ++u) {
+            ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+            ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+          }
+          for (int u = kUnits - 1; u >= 0; --u) {
+            ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+            void* grad = nullptr;
+            ASSERT_EQ(zrt_partition_grad_data(pm, params[u], &grad), ZRT_SUCCESS)
+                << zrt_last_error();
+            std::fill_n(static_cast<float*>(grad), kNumel,
+                        static_cast<float>((u + 1) * (rank + 1) + step * 100));
+            ASSERT_EQ(zrt_partition_grad_ready(pm, u), ZRT_SUCCESS) << zrt_last_error();
+            ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+          }
+        }
+        expect.step = step;
+        ASSERT_EQ(zrt_partition_step(pm, check, &expect), ZRT_SUCCESS) << zrt_last_error();
+        EXPECT_EQ(expect.wrong, 0) << "step " << step;
+      }
+      EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
+    }
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, GradientWindowsAreNotRewrittenWhileReducedN2) {
+  expect_ranks_pass(2, window_reuse_body);
+}
+TEST(PartitionMultirank, GradientWindowsAreNotRewrittenWhileReducedN3) {
+  expect_ranks_pass(3, window_reuse_body);
 }
 
 }  // namespace
