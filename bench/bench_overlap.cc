@@ -4,15 +4,15 @@
 // at stage 2 and stage 3. The framework's work per step (struct Framework below) is by default
 // device-like, the model: each unit's forward and backward compute is a wait that
 // leaves the CPU free (what a GPU kernel looks like to the host; the backward kernel writes the
-// unit's gradient at zrt_partition_grad_data inside its wait), and the optimizer is a wait as
-// long as a host SGD over the shard takes alone. With the `host` argument the framework fills
-// each gradient and runs that SGD on the CPU instead.
+// unit's gradient at zrt_partition_grad_data inside its wait), and the optimizer callback only
+// launches its kernel (see Framework). With the `host` argument the framework fills each
+// gradient and runs an SGD over the shard on the CPU instead.
 // Three figures per stage, medians over the timed steps:
-//   comm     a step without compute waits, less the framework's own work in it (the optimizer;
-//            gradient fills in host mode): the time zrt's calls take when there is nothing to
-//            hide them behind;
-//   compute  the framework's work alone, with no zrt call: the waits and the optimizer (and the
-//            fills) on buffers of its own, measured;
+//   comm     a step without compute waits, less the framework's own work in it (host mode:
+//            the optimizer and the gradient fills): the time zrt's calls take when there is
+//            nothing to hide them behind;
+//   compute  the framework's work alone, with no zrt call: the waits (host mode: and the
+//            optimizer and fills, on buffers of its own), measured;
 //   step     both together.
 // A calibration run first sets the sleeps so that compute equals comm (balanced), the hardest
 // case for overlap; the target is step <= 1.15 x max(compute, comm). The three kinds of step
@@ -25,7 +25,7 @@
 // BENCH_OVERLAP_TIMELINE=1 prints, for rank 0's median step of each run, every call of the
 // training thread with its start and duration, and the total per kind of call.
 //
-// The optimizer is plain SGD, so the managers are configured with no optimizer state slots
+// The host optimizer is plain SGD, so the managers are configured with no optimizer state slots
 // (optimizer_slots 0; the fourth argument sets another count, e.g. 2 to carry Adam's state
 // through the step backup without using it). Every other setting is the default but those the
 // model needs: prefetch depth 2, no persistent parameters, buckets of half a unit.
@@ -118,14 +118,19 @@ struct Timeline {
 
 // How the framework's own work is modelled. Device-like (the default, the model): the
 // compute of a unit is a wait that leaves the CPU free, as a GPU kernel looks to the host; the
-// backward kernel writes the unit's gradient inside its wait and the optimizer is a kernel too,
-// a wait as long as the host SGD below takes over the shard alone (measured at start). Host
-// (`host` argument): the framework fills each gradient and runs that SGD on the CPU, memory-bound
-// work that competes with zrt's copies for the memory system (on these machines one core nearly
-// saturates it, so that work and zrt's cannot overlap).
+// backward kernel writes the unit's gradient inside its wait. The optimizer is a kernel too, and
+// the callback returns once it is launched (with ZRT_MEM_CUDA zrt orders its publishing after
+// the framework's kernels on the device, zrt.h), so it has no wait: an update kernel streams
+// the shard at device memory bandwidth, a small share of a real step's compute (Adam moves 16
+// bytes per shard element; the model's compute is 6 FLOPs per parameter per token). An earlier
+// version waited as long as the host SGD below takes, about a fifth of the step here: time in
+// which no communication can run (the reductions must end before it, the gathers of stages 1/2
+// need its result), a share no device framework spends. Host (`host` argument): the framework
+// fills each gradient and runs that SGD on the CPU, memory-bound work that competes with zrt's
+// copies for the memory system (on these machines one core nearly saturates it, so that work
+// and zrt's cannot overlap).
 struct Framework {
   bool host = false;
-  std::chrono::microseconds optimizer_wait{0};
   Timeline* timeline = nullptr;
 };
 
@@ -137,11 +142,7 @@ void host_sgd(float* master, const float* grad, size_t count) {
 zrt_status_t optimizer(const zrt_optimizer_args_t* args, void* user_data) {
   const auto* framework = static_cast<const Framework*>(user_data);
   framework->timeline->time("  optimizer", -1, [args, framework] {
-    if (framework->host) {
-      host_sgd(args->master, args->grad, args->count);
-    } else {
-      std::this_thread::sleep_for(framework->optimizer_wait);
-    }
+    if (framework->host) host_sgd(args->master, args->grad, args->count);
   });
   return ZRT_SUCCESS;
 }
@@ -311,18 +312,6 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host) {
   using us = std::chrono::microseconds;
   Framework framework;
   framework.host = host;
-  {
-    // The device-like optimizer's wait: the host SGD over a shard, alone (median of five).
-    const size_t shard = static_cast<size_t>(units) * numel / 2;
-    std::vector<double> ms;
-    for (int i = 0; i < 5; ++i) {
-      const auto start = Clock::now();
-      host_sgd(scratch.data(), scratch.data() + shard, shard);
-      ms.push_back(ms_since(start));
-    }
-    std::sort(ms.begin(), ms.end());
-    framework.optimizer_wait = us(static_cast<int64_t>(ms[2] * 1000.0));
-  }
   for (int stage : {2, 3}) {
     Model m = build(comm, stage, units, numel, slots);
     Model alone;
