@@ -28,7 +28,8 @@
 // The host optimizer is plain SGD, so the managers are configured with no optimizer state slots
 // (optimizer_slots 0; the fourth argument sets another count, e.g. 2 to carry Adam's state
 // through the step backup without using it). Every other setting is the default but those the
-// model needs: prefetch depth 2, no persistent parameters, buckets of half a unit.
+// model needs: prefetch depth 2, no persistent parameters, buckets of half a unit, and (stage 3)
+// each step gathering the next forward's first units (prefetch_next_step: steps follow steps).
 //
 // Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host]
 //        (defaults 8, 2097152, 10, 0, device)
@@ -72,6 +73,7 @@ Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots) {
   config.prefetch_depth = 2;
   config.persistence_threshold = 0;
   config.bucket_bytes = numel * 4 / 2;  // two buckets per unit
+  config.prefetch_next_step = 1;        // a training loop: another step always follows
   Model m;
   m.units = units;
   CHECK_ZRT(zrt_partition_create(comm, &config, &m.pm));

@@ -434,12 +434,19 @@ typedef struct zrt_partition_config {
                                    finalize) so a step whose optimizer fails on any rank is rolled
                                    back on every rank (see zrt_partition_step). 0: no copy; only
                                    failures before the optimizer leave the state intact. Default 1 */
+  int prefetch_next_step;       /* stage 3, 1: zrt_partition_step ends by gathering the first units
+                                   of the next forward (the expected order, within prefetch_depth
+                                   and the byte caps), so the next step's first fetch need not
+                                   wait. For training loops: after the last step those gathers go
+                                   unused, and the first step sends their bytes on top of
+                                   3P(N-1)/N (later steps send exactly that). Stages 1/2 always
+                                   gather at the end of the step. Default 0 */
 } zrt_partition_config_t;
 
 #define ZRT_PARTITION_CONFIG_INIT                                                            \
   {                                                                                          \
     sizeof(zrt_partition_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, 2, ZRT_F32, ZRT_F32, \
-        ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0, 1               \
+        ZRT_F32, 2, (size_t)25 << 20, 1, 0, 0, 100000, 128, ZRT_MEM_HOST, 0, 1, 0            \
   }
 
 /* Applies the keys of a JSON object in file `path` over *config (absent keys keep their value):

@@ -107,6 +107,13 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       }
       o.step_backup = config->step_backup != 0;
     }
+    if (ZRT_HAS_FIELD(n, prefetch_next_step)) {
+      if (config->prefetch_next_step != 0 && config->prefetch_next_step != 1) {
+        return Status::invalid_argument("config.prefetch_next_step is {}; expected 0 or 1",
+                                        config->prefetch_next_step);
+      }
+      o.prefetch_next_step = config->prefetch_next_step != 0;
+    }
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -128,6 +135,9 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   config->mem_kind = o.mem_kind;
   config->no_sync_accumulation = o.no_sync_accumulation ? 1 : 0;
   if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup ? 1 : 0;
+  if (ZRT_HAS_FIELD(config->size, prefetch_next_step)) {
+    config->prefetch_next_step = o.prefetch_next_step ? 1 : 0;
+  }
 }
 
 Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
@@ -158,6 +168,17 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
         return Status::invalid_argument("{}: key \"{}\" must be a dtype name (\"f32\", \"bf16\")",
                                         origin, key);
       }
+      return Status::ok();
+    };
+    // A switch: true/false, or 0/1.
+    auto want_flag = [&](bool* out) -> Status {
+      if (value.is_boolean()) {
+        *out = value.get<bool>();
+        return Status::ok();
+      }
+      int64_t flag = 0;
+      ZRT_RETURN_IF_ERROR(want_int(0, 1, &flag));
+      *out = flag != 0;
       return Status::ok();
     };
     int64_t v = 0;
@@ -203,19 +224,11 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
                                         origin);
       }
     } else if (key == "no_sync_accumulation") {
-      if (value.is_boolean()) {
-        o.no_sync_accumulation = value.get<bool>();
-      } else {
-        ZRT_RETURN_IF_ERROR(want_int(0, 1, &v));
-        o.no_sync_accumulation = v != 0;
-      }
+      ZRT_RETURN_IF_ERROR(want_flag(&o.no_sync_accumulation));
     } else if (key == "step_backup") {
-      if (value.is_boolean()) {
-        o.step_backup = value.get<bool>();
-      } else {
-        ZRT_RETURN_IF_ERROR(want_int(0, 1, &v));
-        o.step_backup = v != 0;
-      }
+      ZRT_RETURN_IF_ERROR(want_flag(&o.step_backup));
+    } else if (key == "prefetch_next_step") {
+      ZRT_RETURN_IF_ERROR(want_flag(&o.prefetch_next_step));
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -255,6 +268,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.mem_kind);
   mix(o.no_sync_accumulation ? 1 : 0);
   mix(o.step_backup ? 1 : 0);
+  mix(o.prefetch_next_step ? 1 : 0);
   return h;
 }
 

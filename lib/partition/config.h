@@ -50,6 +50,10 @@ struct PartitionOptions {
   // fails on any rank is rolled back everywhere (all-or-nothing, partition_step.cc). On by
   // default: it costs (1 + slots) x 4 bytes per shard element, less than the state it protects.
   bool step_backup = true;
+  // Stage 3: the step ends by gathering the next forward's first units, so the next step's
+  // first fetch finds them. Off by default: after a run's last step the gathers go unused, and
+  // per-step traffic is then 3P(N-1)/N from the second step on, not in every step.
+  bool prefetch_next_step = false;
 };
 
 // Checks ranges and combinations; messages name the field.

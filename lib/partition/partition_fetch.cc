@@ -21,6 +21,10 @@
 // ahead of the gather (convert_shard_segment), so the conversion runs on the progress thread
 // while the framework computes earlier units rather than at the end of the step.
 //
+// With prefetch_next_step, the step itself ends by prefetching the next forward's first units
+// (prefetch_after(-1)); a framework that trains on keeps the gather of the step's first unit
+// off its critical path, at the price of one unused gather after its last step.
+//
 // The expected order is the declared one (forward, or backward once fetches go down) until the
 // first step ends; from then on it is the order recorded during that step, forward, backward and
 // recomputation included. A fetch that departs from the recording logs a warning and falls back

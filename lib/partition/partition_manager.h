@@ -132,6 +132,8 @@ class PartitionManager {
   Status gather_into_slot(int unit, int slot, bool prefetch, bool again = false);
   void drop_slot(int slot);  // forgets a slot's unit (a prefetch, or a copy not fetched)
   int find_free_slot() const;
+  // Gathers ahead of a fetch of `unit` (-1: before the step's first fetch), in the expected
+  // order from order_pos_, within the depth and the byte caps.
   void prefetch_after(int unit);
   void note_fetch_order(int unit);
   void update_window_peaks();

@@ -405,6 +405,9 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   order_pos_ = 0;
   last_fetched_ = -1;
   direction_ = 1;
+  // The next forward's first units, gathered now (behind their conversions) so that its first
+  // fetch does not wait for them: from the fetch order's start, as a fetch would look ahead.
+  if (options_.stage == 3 && options_.prefetch_next_step) prefetch_after(-1);
   return Status::ok();
 }
 

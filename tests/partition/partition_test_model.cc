@@ -149,6 +149,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   config.stage = options.stage;
   config.bucket_bytes = options.bucket_bytes;
   config.prefetch_depth = options.prefetch_depth;
+  config.prefetch_next_step = options.prefetch_next_step ? 1 : 0;
   config.persistence_threshold = options.persistence_threshold;
   config.alignment = 4;
   config.param_dtype = options.param_dtype;

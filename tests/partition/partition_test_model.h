@@ -46,6 +46,7 @@ struct TrainOptions {
   int micro_batches = 1;
   bool no_sync = false;  // micro-batches before the last skip the reduction
   int prefetch_depth = 1;
+  bool prefetch_next_step = false;  // stage 3: each step gathers the next forward's first units
   bool recompute = false;
   size_t bucket_bytes = 256;  // small: several buckets, parameters straddle them
   size_t persistence_threshold = 0;

@@ -69,36 +69,62 @@ TEST(PartitionConfig, JsonOverridesAndRefusesUnknownKeys) {
   EXPECT_EQ(options.stage, 3) << "a failed load leaves the options alone";
 }
 
-TEST(PartitionConfig, StepBackupDefaultsOnAndLoads) {
-  EXPECT_TRUE(PartitionOptions{}.step_backup);
+// A 0/1 switch of the config, checked the same way for each: its default, the struct field (a
+// caller compiled before the field existed gets the default), a bad value named, JSON as bool
+// or 0/1, the cross-rank hash (ranks that disagree on it disagree on the configuration), and
+// the way back into the struct.
+struct Switch {
+  std::string name;
+  int zrt_partition_config_t::*field;
+  bool PartitionOptions::*option;
+  size_t offset;  // offsetof(zrt_partition_config_t, field)
+  bool default_on;
+};
+
+void expect_switch_loads(const Switch& sw) {
+  SCOPED_TRACE(sw.name);
+  const int on = sw.default_on ? 1 : 0;
+  EXPECT_EQ(PartitionOptions{}.*sw.option, sw.default_on);
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
-  EXPECT_EQ(config.step_backup, 1);
+  EXPECT_EQ(config.*sw.field, on);
   PartitionOptions options;
-  config.step_backup = 0;
+  config.*sw.field = 1 - on;
   ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
-  EXPECT_FALSE(options.step_backup);
-  // The field is last: a caller compiled before it existed gets the default.
-  config.size = offsetof(zrt_partition_config_t, step_backup);
+  EXPECT_EQ(options.*sw.option, !sw.default_on);
+  config.size = sw.offset;
   ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
-  EXPECT_TRUE(options.step_backup);
+  EXPECT_EQ(options.*sw.option, sw.default_on);
   config = ZRT_PARTITION_CONFIG_INIT;
-  config.step_backup = 7;
+  config.*sw.field = 7;
   const Status bad = partition_options_from_config(&config, &options);
   EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
-  EXPECT_NE(bad.message().find("config.step_backup"), std::string::npos) << bad.message();
-  // JSON: bool or 0/1, and ranks that disagree on it disagree on the configuration.
+  EXPECT_NE(bad.message().find("config." + sw.name), std::string::npos) << bad.message();
   PartitionOptions loaded;
-  ASSERT_TRUE(partition_options_apply_json(R"({"step_backup": false})", "t.json", &loaded).is_ok());
-  EXPECT_FALSE(loaded.step_backup);
+  const std::string flip =
+      std::string(R"({")") + sw.name + R"(": )" + (sw.default_on ? "false" : "true") + "}";
+  ASSERT_TRUE(partition_options_apply_json(flip, "t.json", &loaded).is_ok());
+  EXPECT_EQ(loaded.*sw.option, !sw.default_on);
   EXPECT_NE(partition_options_hash(loaded, 1), partition_options_hash(PartitionOptions{}, 1));
-  ASSERT_TRUE(partition_options_apply_json(R"({"step_backup": 1})", "t.json", &loaded).is_ok());
-  EXPECT_TRUE(loaded.step_backup);
-  EXPECT_EQ(partition_options_apply_json(R"({"step_backup": 2})", "t.json", &loaded).code(),
-            ZRT_INVALID_ARGUMENT);
+  const std::string back_on = R"({")" + sw.name + R"(": )" + std::to_string(on) + "}";
+  ASSERT_TRUE(partition_options_apply_json(back_on, "t.json", &loaded).is_ok());
+  EXPECT_EQ(loaded.*sw.option, sw.default_on);
+  const Status bad_json =
+      partition_options_apply_json(R"({")" + sw.name + R"(": 2})", "t.json", &loaded);
+  EXPECT_EQ(bad_json.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(bad_json.message().find(sw.name), std::string::npos) << bad_json.message();
   zrt_partition_config_t back = ZRT_PARTITION_CONFIG_INIT;
-  loaded.step_backup = false;
+  loaded.*sw.option = !sw.default_on;
   partition_options_to_config(loaded, &back);
-  EXPECT_EQ(back.step_backup, 0);
+  EXPECT_EQ(back.*sw.field, 1 - on);
+}
+
+TEST(PartitionConfig, SwitchesDefaultAndLoad) {
+  expect_switch_loads({"step_backup", &zrt_partition_config_t::step_backup,
+                       &PartitionOptions::step_backup,
+                       offsetof(zrt_partition_config_t, step_backup), true});
+  expect_switch_loads({"prefetch_next_step", &zrt_partition_config_t::prefetch_next_step,
+                       &PartitionOptions::prefetch_next_step,
+                       offsetof(zrt_partition_config_t, prefetch_next_step), false});
 }
 
 TEST(PartitionConfig, JsonFile) {

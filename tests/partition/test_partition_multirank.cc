@@ -59,7 +59,8 @@ void equivalence_body(int /*rank*/, int size) {
       }
     }
   }
-  // Stage 3 with small parameters kept gathered (the biases), with and without recomputation.
+  // Stage 3 with small parameters kept gathered (the biases), and with each step gathering the
+  // next forward's first units, with and without recomputation.
   for (bool recompute : {false, true}) {
     TrainOptions o;
     o.stage = 3;
@@ -67,6 +68,11 @@ void equivalence_body(int /*rank*/, int size) {
     o.recompute = recompute;
     o.persistence_threshold = 12;
     SCOPED_TRACE(::testing::Message() << "N " << size << " stage 3 persistent biases");
+    EXPECT_LE(max_relative_difference(train_zrt(comm, shape, o), reference), 1e-6);
+    o.persistence_threshold = 0;
+    o.prefetch_depth = 2;
+    o.prefetch_next_step = true;
+    SCOPED_TRACE("prefetch_next_step, depth 2, no persistent parameters");
     EXPECT_LE(max_relative_difference(train_zrt(comm, shape, o), reference), 1e-6);
   }
   // Mixed precision: 16-bit parameters and gradients, f32 or 16-bit reduction, f32 master.
@@ -372,6 +378,102 @@ void window_reuse_body(int rank, int size) {
     }
   }
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+// prefetch_next_step: the step ends by gathering the next forward's first units (depth 2:
+// units 0 and 1), which hold the updated parameters; the next step then gathers nothing on
+// demand, and every step sends exactly 3P(N-1)/N. Counters count completed operations, so
+// gathers are read just before each step, when backward's last fetch has waited for every
+// gather queued before it, and reductions just after it. Unit sizes are multiples of N x 128
+// for N = 2, 3 (no padding).
+void prefetch_next_step_body(int /*rank*/, int size) {
+  zrt_comm_t comm = make_comm();
+  if (comm == nullptr) return;
+  const std::vector<size_t> sizes = {768 * 3, 768 * 5, 768 * 2, 768 * 4};
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  config.stage = 3;
+  config.optimizer_slots = 0;
+  config.prefetch_depth = 2;
+  config.persistence_threshold = 0;
+  config.prefetch_next_step = 1;
+  zrt_partition_t pm = nullptr;
+  ASSERT_EQ(zrt_partition_create(comm, &config, &pm), ZRT_SUCCESS) << zrt_last_error();
+  std::vector<int> params;
+  for (size_t numel : sizes) {
+    int unit = 0, param = 0;
+    ASSERT_EQ(zrt_partition_add_unit(pm, "u", &unit), ZRT_SUCCESS);
+    ASSERT_EQ(zrt_partition_add_param(pm, unit, "w", numel, 0, &param), ZRT_SUCCESS);
+    params.push_back(param);
+  }
+  ASSERT_EQ(zrt_partition_finalize(pm), ZRT_SUCCESS) << zrt_last_error();
+  const int units = static_cast<int>(sizes.size());
+  uint64_t model = 0;
+  for (size_t numel : sizes) model += numel;
+  const uint64_t pass = model * (size - 1) / size * sizeof(float);  // bytes of one pass
+  // The optimizer sets every master element to the step number.
+  zrt_optimizer_fn set_step = [](const zrt_optimizer_args_t* args, void*) {
+    std::fill_n(args->master, args->count, static_cast<float>(args->step));
+    return ZRT_SUCCESS;
+  };
+  auto sent = [&](zrt_coll_kind_t kind) {
+    zrt_comm_stats_t stats{};
+    stats.size = sizeof(stats);
+    EXPECT_EQ(zrt_comm_stats(comm, &stats), ZRT_SUCCESS) << zrt_last_error();
+    return stats.per_kind[kind].bytes_sent;
+  };
+  auto partition_stats = [&] {
+    zrt_partition_stats_t stats{};
+    stats.size = sizeof(stats);
+    EXPECT_EQ(zrt_partition_stats(pm, &stats), ZRT_SUCCESS) << zrt_last_error();
+    return stats;
+  };
+  // From after finalize (its cross-rank check gathers a few bytes).
+  uint64_t gathered = sent(ZRT_COLL_ALL_GATHER);
+  uint64_t reduced = sent(ZRT_COLL_REDUCE_SCATTER);
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(::testing::Message() << "N " << size << " step " << step);
+    const zrt_partition_stats_t start = partition_stats();
+    for (int u = 0; u < units; ++u) {
+      ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+      void* data = nullptr;
+      ASSERT_EQ(zrt_partition_param_data(pm, params[u], &data), ZRT_SUCCESS);
+      const float* f = static_cast<const float*>(data);
+      // Step 1 sees the initial zeros; later steps what the previous step's optimizer wrote.
+      EXPECT_EQ(f[0], static_cast<float>(step - 1)) << "unit " << u;
+      EXPECT_EQ(f[sizes[u] - 1], static_cast<float>(step - 1)) << "unit " << u;
+      ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      ASSERT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+      void* grad = nullptr;
+      ASSERT_EQ(zrt_partition_grad_data(pm, params[u], &grad), ZRT_SUCCESS);
+      std::fill_n(static_cast<float*>(grad), sizes[u], 1.0f);
+      ASSERT_EQ(zrt_partition_grad_ready(pm, u), ZRT_SUCCESS) << zrt_last_error();
+      ASSERT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS);
+    }
+    const zrt_partition_stats_t before_step = partition_stats();
+    // Later steps found units 0 and 1 gathered by the step before (whose bytes that step's
+    // figures hold: two passes per step either way) and the rest by look-ahead.
+    if (step > 1) EXPECT_EQ(before_step.gathers - start.gathers, 0u) << "on-demand gathers";
+    const uint64_t gathered_now = sent(ZRT_COLL_ALL_GATHER);
+    EXPECT_EQ(gathered_now - gathered, 2 * pass);
+    gathered = gathered_now;
+    ASSERT_EQ(zrt_partition_step(pm, set_step, nullptr), ZRT_SUCCESS) << zrt_last_error();
+    EXPECT_EQ(partition_stats().prefetches - before_step.prefetches, 2u)
+        << "the step gathers the next forward's first two units";
+    const uint64_t reduced_now = sent(ZRT_COLL_REDUCE_SCATTER);
+    EXPECT_EQ(reduced_now - reduced, pass);
+    reduced = reduced_now;
+  }
+  EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(PartitionMultirank, PrefetchNextStepGathersTheFirstUnitsN2) {
+  expect_ranks_pass(2, prefetch_next_step_body);
+}
+TEST(PartitionMultirank, PrefetchNextStepGathersTheFirstUnitsN3) {
+  expect_ranks_pass(3, prefetch_next_step_body);
 }
 
 TEST(PartitionMultirank, GradientWindowsAreNotRewrittenWhileReducedN2) {
