@@ -29,6 +29,10 @@ struct CollectiveArgs {
   int peer = -1;  // send, recv
   Purpose purpose = Purpose::kNone;
   int32_t purpose_id = -1;
+  // Nothing reads the output soon (a gradient shard the optimizer reads after backward): the
+  // reduction writes it with non-temporal stores whatever its size, which spares the caches and
+  // the read-for-ownership of every output line. Host reductions only.
+  bool output_read_late = false;
 };
 
 // Checks the arguments (messages name the argument) and enqueues the collective on `stream`.

@@ -144,6 +144,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   if (reduces) ZRT_RETURN_IF_ERROR(reduce_spec(args, size, name, &spec));
   // The reduce-scatter's output (count elements); for the ring all-reduce, its own block.
   spec.stream_output =
+      args.output_read_late ||
       args.count * esize >= kStreamOutputMinBytes * (args.kind == ZRT_COLL_ALL_REDUCE ? n : 1);
 
   // Which buffers this rank reads and writes, and their sizes.

@@ -152,7 +152,10 @@ Status PartitionManager::reduce_segment(int segment, void* data) {
   // into the gradient shard, which it overwrites (no copy out of the bucket).
   const bool fresh = options_.stage >= 2 && grad_fresh_[segment] != 0;
   const bool direct = fresh && size_ > 1;
-  if (direct) args.recvbuf = grad_ptr(grad_shard_, seg.shard_offset);
+  if (direct) {
+    args.recvbuf = grad_ptr(grad_shard_, seg.shard_offset);
+    args.output_read_late = true;  // read by the optimizer, after backward
+  }
   if (size_ > 1) {
     ZRT_RETURN_IF_ERROR(enqueue_collective(*rs_stream_, rank_, size_, args)
                             .with_context(fmt::format("reducing bucket {}", segment)));
