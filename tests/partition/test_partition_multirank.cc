@@ -454,7 +454,9 @@ void prefetch_next_step_body(int /*rank*/, int size) {
     const zrt_partition_stats_t before_step = partition_stats();
     // Later steps found units 0 and 1 gathered by the step before (whose bytes that step's
     // figures hold: two passes per step either way) and the rest by look-ahead.
-    if (step > 1) EXPECT_EQ(before_step.gathers - start.gathers, 0u) << "on-demand gathers";
+    if (step > 1) {
+      EXPECT_EQ(before_step.gathers - start.gathers, 0u) << "on-demand gathers";
+    }
     const uint64_t gathered_now = sent(ZRT_COLL_ALL_GATHER);
     EXPECT_EQ(gathered_now - gathered, 2 * pass);
     gathered = gathered_now;
