@@ -3,30 +3,30 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
+#include "lib/core/settings.h"
+
 namespace zrt {
 namespace {
 
-LogLevel parse_level(const char* text) {
-  if (text == nullptr) return LogLevel::kWarn;
-  std::string value(text);
-  for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (value == "error") return LogLevel::kError;
-  if (value == "warn" || value == "warning") return LogLevel::kWarn;
-  if (value == "info") return LogLevel::kInfo;
-  if (value == "debug") return LogLevel::kDebug;
-  if (value == "trace") return LogLevel::kTrace;
-  std::fprintf(stderr, "zrt: ZRT_LOG=%s is not one of error|warn|info|debug|trace; using warn\n",
-               text);
-  return LogLevel::kWarn;
+// An unaccepted ZRT_LOG leaves the default here: the error is reported when a communicator is
+// created (lib/core/settings.h), not by the logger, which has no one to return it to.
+LogLevel level_from_settings() {
+  SettingValue value;
+  if (!load_setting(SettingId::kLog, &value).is_ok()) return LogLevel::kWarn;
+  const std::string& name = value.text;
+  if (name == "error") return LogLevel::kError;
+  if (name == "info") return LogLevel::kInfo;
+  if (name == "debug") return LogLevel::kDebug;
+  if (name == "trace") return LogLevel::kTrace;
+  return LogLevel::kWarn;  // warn, warning
 }
 
 struct Logger {
-  LogLevel level = parse_level(std::getenv("ZRT_LOG"));
+  LogLevel level = level_from_settings();
   std::string host = [] {
     char name[256] = {};
     if (gethostname(name, sizeof(name) - 1) != 0) std::strcpy(name, "?");

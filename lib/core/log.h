@@ -10,7 +10,7 @@ namespace zrt {
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3, kTrace = 4 };
 
-// The level read from ZRT_LOG at first use (default kWarn).
+// The level read from ZRT_LOG at first use (warn when unset or not accepted).
 LogLevel log_level();
 bool log_enabled(LogLevel level);
 
