@@ -1,18 +1,18 @@
-// Which all-reduce algorithm runs: chosen by size and rank count, or forced by ZRT_ALGO.
+// Which all-reduce algorithm runs: chosen by size and rank count, or forced by ZRT_ALGO
+// (EngineOptions::all_reduce_algorithm, read once when the engine is created).
 #pragma once
 
 #include <cstddef>
 
-#include "lib/core/status.h"
+#include "lib/core/settings.h"
 
 namespace zrt {
 
-enum class AllReduceAlgorithm { kAuto, kRing, kDirect, kRecursiveDoubling };
+// AllReduceAlgorithm::kAuto picks direct exchange for small messages (one round, rank-order
+// reduction), ring reduce-scatter + all-gather otherwise.
 
-// Reads ZRT_ALGO: unset or empty = kAuto; "ring", "direct", "rd" (recursive doubling). Anything
-// else is ZRT_INVALID_ARGUMENT naming the value. Automatic: direct exchange for small messages
-// (one round, rank-order reduction), ring reduce-scatter + all-gather otherwise.
-Status algorithm_from_env(AllReduceAlgorithm* algorithm);
+// "auto", "ring", "direct" or "rd" (recursive doubling), as ZRT_ALGO names them; for log lines.
+const char* algorithm_name(AllReduceAlgorithm algorithm);
 
 // Direct exchange below this many bytes per rank (and when N inputs fit the staging memory).
 inline constexpr size_t kDirectAllReduceMaxBytes = size_t{64} << 10;

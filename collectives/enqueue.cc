@@ -254,17 +254,15 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   const bool windows = stream.engine().options().peer_windows;
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
-      AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
-      ZRT_RETURN_IF_ERROR(algorithm_from_env(&algorithm).with_context(name));
+      AllReduceAlgorithm algorithm =
+          stream.engine().options().all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto);
       if (algorithm == AllReduceAlgorithm::kAuto) {
         algorithm = bytes <= kDirectAllReduceMaxBytes && bytes * n <= kStreamScratchBytes
                         ? AllReduceAlgorithm::kDirect
                         : AllReduceAlgorithm::kRing;
       }
       ZRT_LOG_DEBUG("all_reduce of {} bytes on {} ranks: {} algorithm", bytes, size,
-                    algorithm == AllReduceAlgorithm::kDirect              ? "direct"
-                    : algorithm == AllReduceAlgorithm::kRecursiveDoubling ? "rd"
-                                                                          : "ring");
+                    algorithm_name(algorithm));
       if (algorithm == AllReduceAlgorithm::kDirect) {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {

@@ -34,6 +34,9 @@ struct TransportCompletion {
 struct TransportOptions {
   int64_t timeout_ms = 60000;
   const char* name = "zrt";
+  // How dead peers are detected: "hybrid", "peer" or "none" (ZRT_UCX_ERR_MODE's values);
+  // nullptr = ZRT_UCX_ERR_MODE, read when the transport is created.
+  const char* error_mode = nullptr;
 };
 
 class Transport {

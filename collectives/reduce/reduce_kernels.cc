@@ -8,7 +8,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "collectives/reduce/kernel_variants.h"
@@ -31,26 +30,26 @@ bool parse_variant(const char* text, Variant* variant) {
   return false;
 }
 
-const KernelTable& choose_table() {
-  Variant best = Variant::kGeneric;
+Variant best_variant() {
   for (Variant v : kAllVariants) {
-    if (variant_supported(v)) {
-      best = v;
-      break;
-    }
+    if (variant_supported(v)) return v;
   }
-  Variant chosen = best;
-  const char* forced = getenv("ZRT_SIMD");
-  if (forced != nullptr && forced[0] != '\0') {
-    Variant wanted;
-    if (!parse_variant(forced, &wanted)) {
-      ZRT_LOG_WARN("ZRT_SIMD={} is not one of generic, avx2, avx512; using {}", forced,
-                   variant_name(best));
-    } else if (!variant_supported(wanted)) {
-      ZRT_LOG_WARN("ZRT_SIMD={}: this CPU or build lacks it; using {}", forced, variant_name(best));
-    } else {
-      chosen = wanted;
-    }
+  return Variant::kGeneric;
+}
+
+// ZRT_SIMD's forced variant, or false for auto. Read here once per process (the kernel table is
+// chosen once); a bad value is the communicator's error (check_simd_setting), so it is ignored.
+bool forced_variant(const std::string& name, Variant* variant) {
+  return name != "auto" && parse_variant(name.c_str(), variant);
+}
+
+const KernelTable& choose_table() {
+  Variant chosen = best_variant();
+  SettingValue value;
+  Variant wanted;
+  if (load_setting(SettingId::kSimd, &value).is_ok() && forced_variant(value.text, &wanted) &&
+      variant_supported(wanted)) {
+    chosen = wanted;
   }
   ZRT_LOG_DEBUG("reduction kernels: {} variant", variant_name(chosen));
   return *kernel_table(chosen);
@@ -233,6 +232,19 @@ void sum_squares_and_nonfinite(zrt_dtype_t dtype, const void* in, size_t count, 
 
 const char* reduce_kernels_variant() {
   return reduce_internal::active_kernel_table().name;
+}
+
+Status check_simd_setting(const Settings& settings) {
+  using namespace reduce_internal;
+  const std::string& name = settings.text(SettingId::kSimd);
+  Variant wanted;
+  if (!forced_variant(name, &wanted) || variant_supported(wanted)) return Status::ok();
+  std::string runs;
+  for (Variant v : kAllVariants) {
+    if (variant_supported(v)) runs += fmt::format(", {}", variant_name(v));
+  }
+  return Status::invalid_argument(
+      "ZRT_SIMD='{}': this CPU or build cannot run it; it accepts auto{}", name, runs);
 }
 
 }  // namespace zrt

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "lib/core/settings.h"
 #include "lib/core/status.h"
 #include "zrt/zrt.h"
 
@@ -54,8 +55,13 @@ void sum_squares_and_nonfinite(zrt_dtype_t dtype, const void* in, size_t count, 
                                bool* has_nonfinite);
 
 // The variant the dispatcher chose: "avx512", "avx2", or "generic". ZRT_SIMD=generic|avx2|avx512
-// forces a variant the CPU supports (for benchmarks and tests).
+// forces a variant the CPU supports (for benchmarks and tests); an unaccepted or unsupported one
+// leaves the best variant here and is refused by check_simd_setting.
 const char* reduce_kernels_variant();
+
+// ZRT_INVALID_ARGUMENT when `settings` force a variant this CPU or build cannot run, naming the
+// variable, the value and the variants that run here. Communicator creation calls it.
+Status check_simd_setting(const Settings& settings);
 
 // The argument checks the kernels apply, as a Status naming the argument at fault.
 Status check_reduce_args(zrt_dtype_t dtype, ReduceOp op, double a_scale, double b_scale);

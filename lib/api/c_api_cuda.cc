@@ -13,6 +13,7 @@
 
 #if ZRT_HAVE_NCCL_BUILD
 #include "collectives/collectives.h"
+#include "lib/core/environment.h"
 #include "transports/nccl/device_context.h"
 #include "transports/nccl/device_probe.h"
 #endif
@@ -34,7 +35,7 @@ Status ensure_device(zrt_comm* comm, std::shared_ptr<DeviceContext>* context) {
   options.rank = host.rank();
   options.size = host.size();
   options.local_rank = host.local_rank();
-  options.device_from_local_rank = std::getenv("ZRT_LOCAL_RANK") != nullptr;
+  options.device_from_local_rank = read_environment("ZRT_LOCAL_RANK") != nullptr;
   options.timeout_ms = host.options().timeout_ms;
   options.name = host.options().name;
   // NCCL's unique id travels over the host path: an all-gather on the default stream.

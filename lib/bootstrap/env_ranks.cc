@@ -5,13 +5,14 @@
 // variable must then be present too. Local rank and size come from the same family when it sets
 // them; otherwise they are left at -1 and the bootstrap derives them from host names. Parsing
 // is strict (whole-string decimal, no sign, no spaces): a malformed launcher environment is
-// reported by variable and value rather than guessed at.
+// reported by variable and value rather than guessed at. These are launcher variables, not
+// settings (lib/core/settings.h): they say who this process is, and zrt-run sets them.
 #include <charconv>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/core/environment.h"
 
 namespace zrt {
 namespace {
@@ -33,7 +34,7 @@ constexpr Family kFamilies[] = {
 };
 
 std::optional<std::string> get(const char* name) {
-  const char* value = std::getenv(name);
+  const char* value = read_environment(name);
   if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
@@ -149,7 +150,7 @@ Status read_env_ranks(EnvRanks* ranks) {
   EnvRanks result;
   result.source = "default";
   for (const Family& family : kFamilies) {
-    if (std::getenv(family.rank) == nullptr) continue;
+    if (read_environment(family.rank) == nullptr) continue;
     result.source = family.source;
     ZRT_RETURN_IF_ERROR(read_family(family, &result));
     break;

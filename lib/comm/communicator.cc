@@ -17,6 +17,7 @@ TransportOptions transport_options(const CommOptions& options) {
   TransportOptions result;
   result.timeout_ms = options.timeout_ms;
   result.name = options.name.c_str();  // the transport copies it
+  result.error_mode = options.settings.text(SettingId::kUcxErrMode).c_str();
   return result;
 }
 
@@ -61,6 +62,12 @@ Status Communicator::start_engine() {
   engine_options.rank = rank_;
   engine_options.size = size_;
   engine_options.timeout_ms = options_.timeout_ms;
+  const Settings& settings = options_.settings;
+  engine_options.check_order = settings.flag(SettingId::kCheck) ? 1 : 0;
+  engine_options.window_slots = static_cast<int>(settings.integer(SettingId::kWindowSlots));
+  engine_options.window_slot_bytes =
+      static_cast<size_t>(settings.integer(SettingId::kWindowSlotKib)) << 10;
+  engine_options.all_reduce_algorithm = all_reduce_algorithm(settings.text(SettingId::kAlgo));
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
   engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/core/settings.h"
 #include "lib/core/status.h"
 #include "lib/engine/engine.h"
 #include "transports/transport.h"
@@ -22,10 +23,15 @@ struct CommOptions {
   // (EngineOptions::peer_windows); ZRT_WINDOWS=0 turns them off, for comparison or for hosts
   // whose processes cannot share memory (separate IPC namespaces).
   bool windows = true;
+  // The ZRT_* settings, loaded once when the options are resolved; the engine and transport
+  // options are filled from them, so nothing below reads the environment per call.
+  Settings settings;
 };
 
-// Resolves a caller's config (may be null) and the environment (ZRT_TIMEOUT, seconds;
-// ZRT_WINDOWS, 0 or 1) into options. Errors name the bad field or variable.
+// Resolves a caller's config (may be null) and the settings registry (lib/core/settings.h:
+// ZRT_TIMEOUT unless the config gives a timeout, ZRT_WINDOWS, and the rest for the engine and
+// transport) into options. Errors name the bad field, or the variable, its value and what it
+// accepts.
 Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* options);
 
 class Communicator {

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 
+#include "lib/core/settings.h"
 #include "lib/core/status.h"
 #include "lib/engine/counters.h"
 #include "lib/engine/task.h"
@@ -82,14 +84,17 @@ struct EngineOptions {
   // kWindowSlots / kWindowSlotBytes. create_progress_engine resolves them.
   int window_slots = -1;
   size_t window_slot_bytes = 0;
+  // The all-reduce algorithm (collectives/algorithm.h); unset = ZRT_ALGO, which
+  // create_progress_engine reads once, so a bad value fails the engine's creation, not a call.
+  std::optional<AllReduceAlgorithm> all_reduce_algorithm;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of
 // range (given or from the environment) are ZRT_INVALID_ARGUMENT naming them.
 Status resolve_window_geometry(EngineOptions* options);
 
-// Resolves EngineOptions::check_order -1 as described there; other values pass through. An
-// unknown ZRT_CHECK value is ZRT_INVALID_ARGUMENT naming it.
+// Resolves EngineOptions::check_order -1 as described there; other values pass through. A
+// ZRT_CHECK value the registry does not accept is ZRT_INVALID_ARGUMENT naming it.
 Status resolve_check_order(int requested, int* resolved);
 
 class ProgressEngine {

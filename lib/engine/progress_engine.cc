@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "lib/core/log.h"
+#include "lib/core/settings.h"
 #include "lib/engine/engine_impl.h"
 #include "lib/engine/local_tasks.h"
 #include "transports/transport.h"
@@ -549,23 +550,9 @@ Status resolve_check_order(int requested, int* resolved) {
   if (requested != -1) {
     return Status::invalid_argument("check_order must be -1, 0 or 1 (got {})", requested);
   }
-  const char* value = std::getenv("ZRT_CHECK");
-  if (value == nullptr || *value == '\0') {
-#ifdef NDEBUG
-    *resolved = 0;
-#else
-    *resolved = 1;
-#endif
-    return Status::ok();
-  }
-  if (std::strcmp(value, "1") == 0) {
-    *resolved = 1;
-  } else if (std::strcmp(value, "0") == 0) {
-    *resolved = 0;
-  } else {
-    return Status::invalid_argument("ZRT_CHECK='{}': expected 1 (check collective order) or 0",
-                                    value);
-  }
+  SettingValue value;
+  ZRT_RETURN_IF_ERROR(load_setting(SettingId::kCheck, &value));
+  *resolved = static_cast<int>(value.integer);
   return Status::ok();
 }
 
@@ -575,6 +562,11 @@ Status create_progress_engine(Transport& transport, const EngineOptions& options
   EngineOptions resolved = options;
   ZRT_RETURN_IF_ERROR(resolve_check_order(options.check_order, &resolved.check_order));
   ZRT_RETURN_IF_ERROR(resolve_window_geometry(&resolved));
+  if (!resolved.all_reduce_algorithm.has_value()) {
+    SettingValue algorithm;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &algorithm));
+    resolved.all_reduce_algorithm = all_reduce_algorithm(algorithm.text);
+  }
   auto created = std::make_unique<EngineImpl>(transport, resolved);
   ZRT_RETURN_IF_ERROR(created->init());
   *engine = std::move(created);

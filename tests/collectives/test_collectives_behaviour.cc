@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithm.h"
 #include "tests/collectives/rig.h"
 #include "tests/collectives/values.h"
 #include "tests/harness/multirank.h"
@@ -201,15 +202,20 @@ TEST(Collectives, PointToPointRingAndSelf) {
 // (segmented direct and recursive doubling); the results of each algorithm agree bitwise
 // across ranks.
 void forced_algorithms(int rank, int size) {
-  Rig rig;
-  ASSERT_OK(rig.init(rank, size, "algo"));
   const zrt_dtype_t dtypes[] = {ZRT_F32, ZRT_BF16, ZRT_I32, ZRT_F64};
   const zrt_op_t ops[] = {ZRT_SUM, ZRT_AVG, ZRT_MIN, ZRT_MAX, ZRT_PROD};
   const size_t counts[] = {1, 7, 1023, 1048579};
   std::vector<char> in(1048579 * 8), out(1048579 * 8);
   uint64_t hash = 1469598103934665603ull;
+  // ZRT_ALGO is read once, when the engine is created: one rig per algorithm.
+  std::unique_ptr<Rig> rig;
   for (const char* algo : {"ring", "direct", "rd"}) {
     setenv("ZRT_ALGO", algo, 1);
+    rig.reset();
+    rig = std::make_unique<Rig>();
+    ASSERT_OK(rig->init(rank, size, std::string("algo-") + algo));
+    ASSERT_TRUE(rig->engine->options().all_reduce_algorithm.has_value());
+    EXPECT_STREQ(algorithm_name(*rig->engine->options().all_reduce_algorithm), algo);
     for (zrt_dtype_t dtype : dtypes) {
       for (zrt_op_t op : ops) {
         if (op == ZRT_AVG && !dtype_is_floating(dtype)) continue;
@@ -218,7 +224,7 @@ void forced_algorithms(int rank, int size) {
           for (size_t i = 0; i < count; ++i) {
             store(dtype, in.data(), i, input_value(dtype, op, rank, size, i));
           }
-          ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, dtype, op)));
+          ASSERT_OK(rig->run(make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, dtype, op)));
           const double tol = tolerance(dtype, op);
           for (size_t i = 0; i < count; ++i) {
             const double expected = reference(dtype, op, size, i);
@@ -232,15 +238,19 @@ void forced_algorithms(int rank, int size) {
       }
     }
   }
+  // A value ZRT_ALGO does not accept fails the engine's creation, before any call.
   setenv("ZRT_ALGO", "butterfly", 1);
-  Status bad = enqueue_collective(rig.stream(), rank, size,
-                                  make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 4));
+  EngineOptions bad_options;
+  bad_options.rank = rank;
+  bad_options.size = size;
+  std::unique_ptr<ProgressEngine> bad_engine;
+  Status bad = create_progress_engine(*rig->transport, bad_options, &bad_engine);
   EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
   EXPECT_NE(bad.message().find("ZRT_ALGO='butterfly'"), std::string::npos) << bad.message();
   unsetenv("ZRT_ALGO");
   std::vector<uint64_t> hashes(size);
   CollectiveArgs gather = make(ZRT_COLL_ALL_GATHER, &hash, hashes.data(), 1, ZRT_I64);
-  ASSERT_OK(rig.run(gather));
+  ASSERT_OK(rig->run(gather));
   for (int r = 0; r < size; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
 }
 

@@ -1,14 +1,24 @@
 // Single-process tests of the communicator's option resolution and of the C API's argument
 // checks: every comm function refuses bad input with ZRT_INVALID_ARGUMENT and a message that
 // names the argument.
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "collectives/reduce/reduce_kernels.h"
 #include "lib/comm/communicator.h"
 #include "zrt/zrt.h"
+
+extern char** environ;
 
 namespace zrt {
 namespace {
@@ -41,6 +51,94 @@ TEST(CommOptions, DefaultsAndEnvironment) {
     EXPECT_NE(status.message().find("ZRT_TIMEOUT"), std::string::npos) << status.message();
   }
   unsetenv("ZRT_TIMEOUT");
+}
+
+// One policy for every ZRT_* setting: a value it does not accept fails communicator creation,
+// naming the variable, the value and what it accepts; a valid one reaches the options.
+TEST(CommOptions, RefusesABadSettingAtCreation) {
+  const std::pair<const char*, const char*> bad_settings[] = {
+      {"ZRT_LOG", "loud"},       {"ZRT_ALGO", "butterfly"},    {"ZRT_WINDOWS", "2"},
+      {"ZRT_WINDOW_SLOTS", "1"}, {"ZRT_WINDOW_SLOT_KIB", "6"}, {"ZRT_SIMD", "sse9000"},
+      {"ZRT_CHECK", "yes"},      {"ZRT_UCX_ERR_MODE", "maybe"}};
+  for (const auto& [name, bad] : bad_settings) {
+    setenv(name, bad, 1);
+    CommOptions options;
+    Status status = resolve_comm_options(nullptr, &options);
+    EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT) << name;
+    const std::string expected = std::string(name) + "='" + bad + "' is not ";
+    EXPECT_EQ(status.message().rfind(expected, 0), 0u) << status.message();
+    // The C API's init paths refuse it before any bootstrap.
+    zrt_comm_t comm = nullptr;
+    expect_invalid(zrt_comm_init_env(nullptr, &comm), expected);
+    EXPECT_EQ(comm, nullptr);
+    unsetenv(name);
+  }
+  // A variant this CPU cannot run is refused too, not replaced by another.
+  if (std::string(reduce_kernels_variant()) != "avx512") {
+    setenv("ZRT_SIMD", "avx512", 1);
+    CommOptions options;
+    Status status = resolve_comm_options(nullptr, &options);
+    EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(status.message().find("ZRT_SIMD='avx512'"), std::string::npos) << status.message();
+    unsetenv("ZRT_SIMD");
+  }
+  setenv("ZRT_ALGO", "direct", 1);
+  setenv("ZRT_UCX_ERR_MODE", "peer", 1);
+  CommOptions options;
+  ASSERT_TRUE(resolve_comm_options(nullptr, &options).is_ok());
+  EXPECT_EQ(options.settings.text(SettingId::kAlgo), "direct");
+  EXPECT_EQ(options.settings.value(SettingId::kAlgo).source, SettingSource::kEnvironment);
+  EXPECT_EQ(options.settings.text(SettingId::kUcxErrMode), "peer");
+  unsetenv("ZRT_ALGO");
+  unsetenv("ZRT_UCX_ERR_MODE");
+}
+
+// ZRT_LOG=info prints the effective settings once, at the first communicator's creation. The
+// logger reads ZRT_LOG once per process, so this runs in a child: this binary, re-run on
+// PrintsSettingsChild with the variables set and its stderr in a file.
+TEST(CommOptions, PrintsSettingsChild) {
+  if (std::getenv("ZRT_TEST_SETTINGS_CHILD") == nullptr) GTEST_SKIP() << "run by PrintsSettings";
+  for (int i = 0; i < 2; ++i) {
+    zrt_comm_t comm = nullptr;
+    ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
+    ASSERT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+  }
+}
+
+TEST(CommOptions, PrintsSettings) {
+  char path[] = "/tmp/zrt-settings-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::vector<std::string> env_strings = {"ZRT_LOG=info", "ZRT_TIMEOUT=7",
+                                          "ZRT_TEST_SETTINGS_CHILD=1"};
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::string(*entry).rfind("ZRT_", 0) != 0) env_strings.emplace_back(*entry);
+  }
+  std::vector<char*> envp;
+  for (auto& text : env_strings) envp.push_back(text.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter = "--gtest_filter=CommOptions.PrintsSettingsChild";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, 2);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  close(fd);
+  std::ifstream file(path);
+  const std::string err((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  unlink(path);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+  const std::string line =
+      "settings: ZRT_LOG=info (environment), ZRT_TIMEOUT=7 (environment), "
+      "ZRT_ALGO=auto (default), ZRT_WINDOWS=1 (default)";
+  const size_t first = err.find(line);
+  EXPECT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("settings: ", first + 1), std::string::npos) << "printed twice: " << err;
 }
 
 TEST(CommOptions, RefusesBadConfig) {

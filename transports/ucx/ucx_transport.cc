@@ -12,6 +12,7 @@
 
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/log.h"
+#include "lib/core/settings.h"
 #include "transports/ucx/ucx_memory.h"
 
 namespace zrt {
@@ -42,16 +43,21 @@ class UcxTransport;
 // through the engine's no-progress timeout.
 enum class ErrorMode { kHybrid, kPeer, kNone };
 
-Status read_error_mode(ErrorMode* mode) {
-  const char* value = std::getenv("ZRT_UCX_ERR_MODE");
-  if (value == nullptr || *value == '\0' || std::strcmp(value, "hybrid") == 0) {
-    *mode = ErrorMode::kHybrid;
-  } else if (std::strcmp(value, "peer") == 0) {
+// The options' mode, else ZRT_UCX_ERR_MODE through the settings registry.
+Status read_error_mode(const TransportOptions& options, ErrorMode* mode) {
+  SettingValue value;
+  if (options.error_mode != nullptr) {
+    ZRT_RETURN_IF_ERROR(
+        parse_setting(setting_spec(SettingId::kUcxErrMode), options.error_mode, &value));
+  } else {
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kUcxErrMode, &value));
+  }
+  if (value.text == "peer") {
     *mode = ErrorMode::kPeer;
-  } else if (std::strcmp(value, "none") == 0) {
+  } else if (value.text == "none") {
     *mode = ErrorMode::kNone;
   } else {
-    return Status::invalid_argument("ZRT_UCX_ERR_MODE='{}': expected hybrid, peer or none", value);
+    *mode = ErrorMode::kHybrid;
   }
   return Status::ok();
 }
@@ -141,7 +147,7 @@ class UcxTransport final : public Transport {
 
   ~UcxTransport() override;
 
-  Status wire(const std::vector<std::vector<uint8_t>>& addresses);
+  Status wire(const std::vector<std::vector<uint8_t>>& addresses, ErrorMode error_mode);
   Status create_endpoint(const ucp_address_t* address, int peer, bool peer_errors,
                          ucp_ep_h* endpoint);
 
@@ -251,8 +257,9 @@ Status UcxTransport::create_endpoint(const ucp_address_t* address, int peer, boo
   return Status::ok();
 }
 
-Status UcxTransport::wire(const std::vector<std::vector<uint8_t>>& addresses) {
-  ZRT_RETURN_IF_ERROR(read_error_mode(&error_mode_));
+Status UcxTransport::wire(const std::vector<std::vector<uint8_t>>& addresses,
+                          ErrorMode error_mode) {
+  error_mode_ = error_mode;
   watchers_.assign(size_, nullptr);
   ucs_status_t status = ucp_worker_get_efd(worker_->worker(), &event_fd_);
   if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_worker_get_efd", status);
@@ -691,8 +698,10 @@ Status wire_ucx_transport(std::unique_ptr<UcxWorker> worker, int rank, int size,
       return Status::invalid_argument("wire_ucx_transport: rank {} sent an empty address", peer);
     }
   }
+  ErrorMode error_mode = ErrorMode::kHybrid;
+  ZRT_RETURN_IF_ERROR(read_error_mode(options, &error_mode));
   auto result = std::make_unique<UcxTransport>(std::move(worker), rank, size, options);
-  ZRT_RETURN_IF_ERROR(result->wire(addresses));
+  ZRT_RETURN_IF_ERROR(result->wire(addresses, error_mode));
   *transport = std::move(result);
   return Status::ok();
 }

@@ -1,7 +1,8 @@
 #include "transports/ucx/ucx_worker.h"
 
-#include <cstdlib>
+#include <string>
 
+#include "lib/core/environment.h"
 #include "lib/core/log.h"
 
 namespace zrt {
@@ -10,7 +11,7 @@ namespace {
 // Sets a UCX variable in `config` unless the user set it in the environment (theirs wins).
 void set_default(ucp_config_t* config, const char* name, const char* value) {
   const std::string env_name = std::string("UCX_") + name;
-  if (std::getenv(env_name.c_str()) != nullptr) return;
+  if (read_environment(env_name.c_str()) != nullptr) return;
   ucs_status_t status = ucp_config_modify(config, name, value);
   if (status != UCS_OK) {
     ZRT_LOG_DEBUG("ucx: could not set {}={}: {}", name, value, ucs_status_string(status));
