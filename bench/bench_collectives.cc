@@ -45,6 +45,7 @@
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/stream_copy.h"
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/core/settings.h"
 #include "lib/engine/engine.h"
 #include "transports/transport.h"
 
@@ -191,8 +192,9 @@ void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) 
   engine_options.check_order = check_order;
   // All ranks are forked on this host: windows as a communicator would choose them, unless
   // ZRT_WINDOWS=0 asks for the tagged-message path (for comparison).
-  const char* windows = std::getenv("ZRT_WINDOWS");
-  engine_options.peer_windows = size > 1 && (windows == nullptr || std::strcmp(windows, "0") != 0);
+  zrt::SettingValue windows;
+  check(zrt::load_setting(zrt::SettingId::kWindows, &windows), "ZRT_WINDOWS");
+  engine_options.peer_windows = size > 1 && windows.integer != 0;
   check(zrt::create_progress_engine(*endpoint->transport, engine_options, &endpoint->engine),
         "engine");
   check(endpoint->engine->create_stream(ZRT_MEM_HOST, &endpoint->stream), "stream");

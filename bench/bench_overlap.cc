@@ -51,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/core/environment.h"
 #include "zrt/zrt.h"
 
 namespace {
@@ -283,7 +284,7 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
       kind.timelines.push_back(tl.spans);
     }
   }
-  static const bool show = std::getenv("BENCH_OVERLAP_TIMELINE") != nullptr;
+  static const bool show = zrt::read_environment("BENCH_OVERLAP_TIMELINE") != nullptr;
   std::vector<double> mine;
   for (Kind& kind : kinds) {
     std::vector<size_t> order(kind.times.size());

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "lib/core/environment.h"
 #include "tools/common/svg_plot.h"
 #include "tools/zrt-bench/bench_options.h"
 #include "tools/zrt-bench/bench_report.h"
@@ -18,7 +19,7 @@ constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitWrong = 3;
 // other ranks stay quiet so that a usage error prints once.
 bool env_says_rank0() {
   for (const char* name : {"ZRT_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* value = std::getenv(name);
+    const char* value = zrt::read_environment(name);
     if (value != nullptr) return std::atoi(value) == 0;
   }
   return true;

@@ -32,10 +32,9 @@
 #include <fmt/format.h>
 
 #include "lib/bootstrap/store_server.h"
+#include "lib/core/environment.h"
 #include "tools/common/binding.h"
 #include "tools/zrt-run/line_relay.h"
-
-extern char** environ;
 
 namespace zrt {
 namespace {
@@ -86,8 +85,7 @@ std::optional<std::string> random_token() {
 std::vector<std::string> rank_environment(int rank, const LaunchOptions& options, int port,
                                           const std::string& token) {
   std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string text(*entry);
+  for (const std::string& text : environment_entries()) {
     const std::string name = text.substr(0, text.find('='));
     if (kReplacedVariables.count(name) == 0) env.push_back(text);
   }

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "lib/core/environment.h"
 #include "tools/common/binding.h"
 #include "tools/common/table.h"
 #include "tools/common/topology.h"
@@ -151,7 +152,7 @@ int run(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (ranks == 0) {
-    const char* env = std::getenv("LOCAL_WORLD_SIZE");
+    const char* env = read_environment("LOCAL_WORLD_SIZE");
     ranks = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 1;
   }
   if (!topology_supported()) {
