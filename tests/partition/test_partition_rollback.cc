@@ -390,6 +390,11 @@ struct DeadPeerCase {
   bool inside_optimizer;
 };
 
+void PrintTo(const DeadPeerCase& c, std::ostream* os) {
+  *os << "stage " << c.stage
+      << (c.inside_optimizer ? ", inside its optimizer" : ", before the step");
+}
+
 class PeerDying : public ::testing::TestWithParam<DeadPeerCase> {};
 TEST_P(PeerDying, LeavesSurvivorsIntact) {
   expect_survivors(GetParam().stage, GetParam().inside_optimizer);
