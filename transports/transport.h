@@ -75,14 +75,15 @@ class Transport {
   virtual Status alloc_registered(size_t bytes, void** buffer) = 0;
   virtual void free_registered(void* buffer) = 0;
 
-  // Windows: a peer on the same host maps this rank's registered memory into its own address
-  // space and writes it with plain stores, the cheapest way between processes here (DESIGN.md:
-  // no kernel copy, no rendezvous). pack_registered_key describes a buffer returned by
-  // alloc_registered (its start address) for the peer; map_peer_registered turns a description
-  // that `peer` packed, plus the address of its buffer there, into a local address of the same
-  // memory. ZRT_UNSUPPORTED when this peer's memory cannot be mapped (another host, another IPC
-  // namespace). A mapping lives until unmap_peer_registered(local) or the transport's
-  // destruction; the peer's memory stays valid while it is mapped, even if the peer exits.
+  // Windows: a peer on the same host maps this rank's registered memory into its own address space
+  // and writes it with plain stores, the cheapest way between processes here
+  // (docs/ARCHITECTURE.md#registered-memory: no kernel copy, no rendezvous). pack_registered_key
+  // describes a buffer returned by alloc_registered (its start address) for the peer;
+  // map_peer_registered turns a description that `peer` packed, plus the address of its buffer
+  // there, into a local address of the same memory. ZRT_UNSUPPORTED when this peer's memory cannot
+  // be mapped (another host, another IPC namespace). A mapping lives until
+  // unmap_peer_registered(local) or the transport's destruction; the peer's memory stays valid
+  // while it is mapped, even if the peer exits.
   virtual Status pack_registered_key(const void* buffer, std::vector<uint8_t>* key) = 0;
   virtual Status map_peer_registered(int peer, const std::vector<uint8_t>& key,
                                      uint64_t remote_address, void** local) = 0;

@@ -1,6 +1,7 @@
-// Bootstrap: how the ranks of a new communicator find each other before any transport exists.
-// Two ways in (DESIGN.md): the environment plus a TCP rendezvous store, or the host framework's
-// own out-of-band all-gather. Both reduce to one primitive, an all-gather of small records.
+// Bootstrap: how the ranks of a new communicator find each other before any transport exists. Two
+// ways in (docs/ARCHITECTURE.md#bootstrap): the environment plus a TCP rendezvous store, or the
+// host framework's own out-of-band all-gather. Both reduce to one primitive, an all-gather of small
+// records.
 #pragma once
 
 #include <cstddef>

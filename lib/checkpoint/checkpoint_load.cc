@@ -41,10 +41,11 @@ struct ReadRange {
   uint64_t count = 0;
 };
 
-// Zero-filled staging memory, returned to the OS after the load. Fresh pages cost about 11 us
-// per 4 KiB to fault in here (DESIGN.md) and dominate a load from the page cache; MAP_POPULATE
-// faults them in one kernel pass, which is cheaper than one fault per page during the reads.
-// (2 MiB transparent huge pages were slower still here: the kernel compacts memory to find them.)
+// Zero-filled staging memory, returned to the OS after the load. Fresh pages cost about 11 us per
+// 4 KiB to fault in here (docs/ARCHITECTURE.md#measured-costs) and dominate a load from the page
+// cache; MAP_POPULATE faults them in one kernel pass, which is cheaper than one fault per page
+// during the reads. (2 MiB transparent huge pages were slower still here: the kernel compacts
+// memory to find them.)
 class StagingBuffer {
  public:
   StagingBuffer() = default;

@@ -3,7 +3,7 @@
 //
 // Staging memory is constant-size and allocated once per stream (at its first communicating
 // task) from transport.alloc_registered, which also touches it: no collective allocates or
-// faults in fresh pages on the data path (DESIGN.md, "What this machine teaches").
+// faults in fresh pages on the data path (docs/ARCHITECTURE.md#measured-costs).
 #pragma once
 
 #include <array>

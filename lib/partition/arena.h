@@ -1,8 +1,9 @@
-// Arena: every long-lived buffer of a partition manager is carved, at finalize, out of one
-// block obtained from a backend and touched once (first-touch costs ~11 us per 4 KiB page on
-// this machine, DESIGN.md), so nothing is allocated on the training path and memory does not
-// fragment. Each carve is tagged with its category, which is how zrt_partition_memory measures
-// what the manager holds. A device backend (ZRT_MEM_CUDA) only replaces the block allocation.
+// Arena: every long-lived buffer of a partition manager is carved, at finalize, out of one block
+// obtained from a backend and touched once (first-touch costs ~11 us per 4 KiB page on this
+// machine, docs/ARCHITECTURE.md#measured-costs), so nothing is allocated on the training path and
+// memory does not fragment. Each carve is tagged with its category, which is how
+// zrt_partition_memory measures what the manager holds. A device backend (ZRT_MEM_CUDA) only
+// replaces the block allocation.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// Layout: where every parameter lives in zrt's flat buffers, for one rank count (DESIGN.md,
-// "Segment-major sharding").
+// Layout: where every parameter lives in zrt's flat buffers, for one rank count (see
+// docs/ARCHITECTURE.md#segment-major-layout).
 //
 // The trainable parameters are cut into segments. Stages 0/1/2: the parameters are laid out in
 // backward order (last unit first, each unit's parameters in registration order), so gradients

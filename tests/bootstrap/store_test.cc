@@ -62,14 +62,19 @@ TEST_F(StoreTest, SetGetDelete) {
 TEST_F(StoreTest, GetWaitsForAnotherClient) {
   auto reader = connect();
   ASSERT_TRUE(reader);
+  // The stimulus: the key appears only once the reader is parked in its get, so a get that
+  // did not wait would miss it; late by a small fraction of the get's timeout.
+  static constexpr int64_t kGetTimeoutMs = 5000;
+  static constexpr int64_t kLateMs = 100;
+  static_assert(kLateMs * 10 < kGetTimeoutMs);
   std::thread writer([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
     auto client = connect();
     ASSERT_TRUE(client);
     EXPECT_TRUE(client->set("late", "x", 1).is_ok());
   });
   std::vector<std::vector<uint8_t>> values;
-  Status status = reader->get({"late"}, 5000, &values);
+  Status status = reader->get({"late"}, kGetTimeoutMs, &values);
   writer.join();
   ASSERT_TRUE(status.is_ok()) << status.message();
   EXPECT_EQ(values[0], bytes_of("x"));
@@ -228,12 +233,17 @@ TEST(StoreConnect, RetriesUntilTheServerStarts) {
     port = probe->port();
   }
   std::unique_ptr<StoreServer> server;
+  // The stimulus: the server starts only after the client's first attempts were refused;
+  // late by a small fraction of the time the client keeps retrying.
+  static constexpr int64_t kConnectTimeoutMs = 5000;
+  static constexpr int64_t kLateMs = 300;
+  static_assert(kLateMs * 10 < kConnectTimeoutMs);
   std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
     EXPECT_TRUE(StoreServer::start("127.0.0.1", port, kToken, &server).is_ok());
   });
   std::unique_ptr<StoreClient> client;
-  Status status = StoreClient::connect("127.0.0.1", port, kToken, 5000, &client);
+  Status status = StoreClient::connect("127.0.0.1", port, kToken, kConnectTimeoutMs, &client);
   late.join();
   ASSERT_TRUE(status.is_ok()) << status.message();
   EXPECT_TRUE(client->set("k", "v", 1).is_ok());
@@ -259,11 +269,16 @@ TEST(StoreConnect, ServerGoneMidCallIsARemoteError) {
   ASSERT_TRUE(StoreServer::start("127.0.0.1", 0, kToken, &server).is_ok());
   std::unique_ptr<StoreClient> client;
   ASSERT_TRUE(StoreClient::connect("127.0.0.1", server->port(), kToken, 5000, &client).is_ok());
+  // The stimulus: the server goes while the wait is parked in it, a small fraction of the
+  // wait's timeout after it began, so the wait must end by the loss, not by the timeout.
+  static constexpr int64_t kWaitTimeoutMs = 5000;
+  static constexpr int64_t kStopAfterMs = 100;
+  static_assert(kStopAfterMs * 10 < kWaitTimeoutMs);
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(kStopAfterMs));
     server->stop();
   });
-  Status status = client->wait({"never"}, 5000);
+  Status status = client->wait({"never"}, kWaitTimeoutMs);
   stopper.join();
   EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
   // Every later call fails at once with the same reason.

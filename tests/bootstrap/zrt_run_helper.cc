@@ -26,7 +26,8 @@ int rank_from_env() {
   return std::atoi(env_or("RANK", "-1"));
 }
 
-// Sleeps long enough that only zrt-run's termination can end it in a fast test.
+// Sleeps long enough that only zrt-run's termination can end it in a fast test: longer than the
+// 20 s --timeout zrt_run_test gives zrt-run, so "survived" is never printed in time.
 int sleep_then_report() {
   std::printf("waiting\n");
   std::fflush(stdout);

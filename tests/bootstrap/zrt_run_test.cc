@@ -5,16 +5,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/harness/wait_until.h"
 
 namespace {
 
@@ -39,9 +41,11 @@ std::string path_from_env(const char* name) {
 
 // Runs zrt-run with `args` (the helper's path is appended before helper_args), bounded by
 // zrt-run's own --timeout so that a broken launcher cannot hang the test.
-// signal_after_ms > 0: send SIGTERM to zrt-run that long after it started.
+// signal_when not empty: send SIGTERM to zrt-run once its stdout holds every one of these
+// strings (the ranks say they are running).
 RunResult run_launcher(const std::vector<std::string>& args,
-                       const std::vector<std::string>& helper_args, int signal_after_ms = 0) {
+                       const std::vector<std::string>& helper_args,
+                       const std::vector<std::string>& signal_when = {}) {
   char dir_template[] = "/tmp/zrt-run-test-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::vector<std::string> argv = {path_from_env("ZRT_RUN_EXE"), "--timeout", "20"};
@@ -63,8 +67,16 @@ RunResult run_launcher(const std::vector<std::string>& args,
   }
   RunResult result;
   int status = 0;
-  if (signal_after_ms > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(signal_after_ms));
+  if (!signal_when.empty()) {
+    // Within zrt-run's own 20 s --timeout, which would end the run first.
+    EXPECT_TRUE(zrt::testing::wait_until(
+        [&] {
+          const std::string out = read_file(dir + "/out");
+          return std::all_of(signal_when.begin(), signal_when.end(), [&](const std::string& part) {
+            return out.find(part) != std::string::npos;
+          });
+        },
+        std::chrono::seconds(15), "the ranks reporting that they run"));
     kill(pid, SIGTERM);
   }
   waitpid(pid, &status, 0);
@@ -137,7 +149,8 @@ TEST_F(ZrtRun, KilledRankIsReportedBySignal) {
 }
 
 TEST_F(ZrtRun, SigtermIsForwardedToTheRanks) {
-  RunResult result = run_launcher({"-n", "3", "--grace-ms", "5000"}, {"fail", "99", "0"}, 500);
+  RunResult result = run_launcher({"-n", "3", "--grace-ms", "5000"}, {"fail", "99", "0"},
+                                  {"[0] waiting", "[1] waiting", "[2] waiting"});
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   EXPECT_TRUE(contains(result.err, "forwarding it to the ranks")) << result.err;
   EXPECT_TRUE(contains(result.out, "[2] waiting")) << result.out;

@@ -7,21 +7,15 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/order_check.h"
 #include "tests/collectives/rig.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 
 namespace zrt::testing {
 namespace {
-
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    ::zrt::Status assert_ok_status_ = (expr);                              \
-    ASSERT_TRUE(assert_ok_status_.is_ok()) << assert_ok_status_.message(); \
-  } while (0)
 
 RankOptions checked(const char* check = "1") {
   RankOptions options;
@@ -216,7 +210,8 @@ TEST(OrderCheck, RankThatCallsFewerIsNamedAsBehind) {
         ASSERT_OK(rig.init(rank, size, "fewer", 1500));
         ASSERT_OK(rig.run(call(ZRT_COLL_ALL_REDUCE, buffers, 1000)));
         if (rank == 1) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+          // Stays alive (its leaving would be a peer error) until rank 0 has seen the timeout.
+          ASSERT_OK(rig.bootstrap->barrier());
           return;
         }
         const auto start = std::chrono::steady_clock::now();
@@ -232,6 +227,7 @@ TEST(OrderCheck, RankThatCallsFewerIsNamedAsBehind) {
                              "all_reduce(1000 x f32 = 3.9 KiB, sum)"))
             << status.message();
         EXPECT_LT(waited, std::chrono::milliseconds(3500));
+        ASSERT_OK(rig.bootstrap->barrier());
       },
       checked());
 }

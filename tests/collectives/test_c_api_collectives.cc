@@ -13,6 +13,7 @@
 
 #include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
 
 namespace zrt::testing {
@@ -22,12 +23,6 @@ std::string dir() {
   const char* value = std::getenv("ZRT_TEST_RUN_DIR");
   return value != nullptr ? value : "/tmp";
 }
-
-#define EXPECT_ZRT(expected, call)                                                \
-  do {                                                                            \
-    zrt_status_t expect_zrt_status_ = (call);                                     \
-    EXPECT_EQ(expect_zrt_status_, expected) << #call << ": " << zrt_last_error(); \
-  } while (0)
 
 // Expects ZRT_INVALID_ARGUMENT and a last-error message that contains `needle`.
 #define EXPECT_INVALID(call, needle)                                           \
@@ -57,23 +52,21 @@ TEST(CApiCollectives, StreamsEventsPremulAndCounters) {
     ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &b), ZRT_SUCCESS) << zrt_last_error();
     zrt_event_t event = nullptr;
     ASSERT_EQ(zrt_event_create(comm, &event), ZRT_SUCCESS);
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_query(event));  // never recorded
+    EXPECT_OK(zrt_event_query(event));  // never recorded
 
     const size_t count = 100003;
     std::vector<float> in(count), reduced(count), gathered(count * size);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i % 100) + rank;
     zrt_op_t half = ZRT_SUM;
     ASSERT_EQ(zrt_op_create_premul_sum(comm, 0.5, &half), ZRT_SUCCESS) << zrt_last_error();
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_comm_stats_reset(comm));
-    EXPECT_ZRT(ZRT_SUCCESS,
-               zrt_all_reduce(comm, in.data(), reduced.data(), count, ZRT_F32, half, a));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_record(event, a));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_wait_event(b, event));
-    EXPECT_ZRT(ZRT_SUCCESS,
-               zrt_all_gather(comm, reduced.data(), gathered.data(), count, ZRT_F32, b));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_synchronize(b));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_synchronize(event));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_query(a));
+    EXPECT_OK(zrt_comm_stats_reset(comm));
+    EXPECT_OK(zrt_all_reduce(comm, in.data(), reduced.data(), count, ZRT_F32, half, a));
+    EXPECT_OK(zrt_event_record(event, a));
+    EXPECT_OK(zrt_stream_wait_event(b, event));
+    EXPECT_OK(zrt_all_gather(comm, reduced.data(), gathered.data(), count, ZRT_F32, b));
+    EXPECT_OK(zrt_stream_synchronize(b));
+    EXPECT_OK(zrt_event_synchronize(event));
+    EXPECT_OK(zrt_stream_query(a));
     for (size_t i = 0; i < count; ++i) {
       const float expected = 0.5f * (2 * static_cast<float>(i % 100) + 1);
       ASSERT_EQ(reduced[i], expected) << i;
@@ -82,25 +75,25 @@ TEST(CApiCollectives, StreamsEventsPremulAndCounters) {
     }
     // Default stream (NULL), broadcast, reduce, barrier, send/recv.
     std::vector<int32_t> values(1000, rank == 1 ? 7 : 0), sum(1000, 0);
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_broadcast(comm, values.data(), values.data(), values.size(),
-                                          ZRT_I32, 1, nullptr));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_reduce(comm, values.data(), sum.data(), values.size(), ZRT_I32,
-                                       ZRT_SUM, 0, nullptr));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_barrier(comm, nullptr));
+    EXPECT_OK(
+        zrt_broadcast(comm, values.data(), values.data(), values.size(), ZRT_I32, 1, nullptr));
+    EXPECT_OK(
+        zrt_reduce(comm, values.data(), sum.data(), values.size(), ZRT_I32, ZRT_SUM, 0, nullptr));
+    EXPECT_OK(zrt_barrier(comm, nullptr));
     const int peer = 1 - rank;
     std::vector<int32_t> got(1000, -1);
     if (rank == 0) {
-      EXPECT_ZRT(ZRT_SUCCESS, zrt_send(comm, values.data(), 1000, ZRT_I32, peer, nullptr));
-      EXPECT_ZRT(ZRT_SUCCESS, zrt_recv(comm, got.data(), 1000, ZRT_I32, peer, nullptr));
+      EXPECT_OK(zrt_send(comm, values.data(), 1000, ZRT_I32, peer, nullptr));
+      EXPECT_OK(zrt_recv(comm, got.data(), 1000, ZRT_I32, peer, nullptr));
     } else {
-      EXPECT_ZRT(ZRT_SUCCESS, zrt_recv(comm, got.data(), 1000, ZRT_I32, peer, nullptr));
-      EXPECT_ZRT(ZRT_SUCCESS, zrt_send(comm, values.data(), 1000, ZRT_I32, peer, nullptr));
+      EXPECT_OK(zrt_recv(comm, got.data(), 1000, ZRT_I32, peer, nullptr));
+      EXPECT_OK(zrt_send(comm, values.data(), 1000, ZRT_I32, peer, nullptr));
     }
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_barrier(comm, nullptr));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_synchronize(a));
+    EXPECT_OK(zrt_barrier(comm, nullptr));
+    EXPECT_OK(zrt_stream_synchronize(a));
     // Wait for the default stream through an event recorded on it.
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_record(event, nullptr));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_synchronize(event));
+    EXPECT_OK(zrt_event_record(event, nullptr));
+    EXPECT_OK(zrt_event_synchronize(event));
     for (int v : values) ASSERT_EQ(v, 7);
     if (rank == 0) {
       for (int v : sum) ASSERT_EQ(v, 14);
@@ -113,15 +106,15 @@ TEST(CApiCollectives, StreamsEventsPremulAndCounters) {
     const uint64_t s = count * sizeof(float) * size;
     EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, s / 2);
     EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_REDUCE].calls, 1u);
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_comm_stats_reset(comm));
+    EXPECT_OK(zrt_comm_stats_reset(comm));
     ASSERT_EQ(zrt_comm_stats(comm, &stats), ZRT_SUCCESS);
     EXPECT_EQ(stats.total.calls, 0u);
 
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_event_destroy(event));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_destroy(b));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_destroy(a));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_op_destroy(comm, half));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_comm_destroy(comm));
+    EXPECT_OK(zrt_event_destroy(event));
+    EXPECT_OK(zrt_stream_destroy(b));
+    EXPECT_OK(zrt_stream_destroy(a));
+    EXPECT_OK(zrt_op_destroy(comm, half));
+    EXPECT_OK(zrt_comm_destroy(comm));
   });
 }
 
@@ -196,12 +189,11 @@ TEST(CApiCollectives, BadInputForEveryEntryPoint) {
 
     // Refused calls left the streams healthy and in step: a collective still works.
     std::vector<float> ones(8, 1.0f), out(8);
-    EXPECT_ZRT(ZRT_SUCCESS,
-               zrt_all_reduce(comm, ones.data(), out.data(), 8, ZRT_F32, ZRT_SUM, stream));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_stream_synchronize(stream));
+    EXPECT_OK(zrt_all_reduce(comm, ones.data(), out.data(), 8, ZRT_F32, ZRT_SUM, stream));
+    EXPECT_OK(zrt_stream_synchronize(stream));
     for (float v : out) EXPECT_EQ(v, 2.0f);
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_comm_destroy(other));
-    EXPECT_ZRT(ZRT_SUCCESS, zrt_comm_destroy(comm));
+    EXPECT_OK(zrt_comm_destroy(other));
+    EXPECT_OK(zrt_comm_destroy(comm));
   });
 }
 
@@ -211,13 +203,18 @@ TEST(CApiCollectives, AbortFromAnotherThreadReleasesSynchronize) {
     zrt_comm_t comm = make_comm(oob);
     ASSERT_NE(comm, nullptr);
     if (rank == 1) {
-      usleep(1500 * 1000);  // never sends
+      // Never sends, and stays until rank 0 is done: its leaving would fail rank 0's receive
+      // with a peer error before the abort. Out of band: rank 0's communicator is aborted.
+      ASSERT_OK(file_barrier(dir(), "abort-done", rank, size));
       zrt_comm_abort(comm);
       (void)zrt_comm_destroy(comm);
       return;
     }
     std::vector<float> buffer(1024);
     ASSERT_EQ(zrt_recv(comm, buffer.data(), buffer.size(), ZRT_F32, 1, nullptr), ZRT_SUCCESS);
+    // The stimulus: the abort must land while the event's synchronize blocks, so it comes a
+    // while after the call, well inside the 1 s the wait is given and far below the
+    // communicator's 30 s timeout, which would end it otherwise.
     std::thread aborter([comm] {
       usleep(200 * 1000);
       zrt_comm_abort(comm);
@@ -239,6 +236,7 @@ TEST(CApiCollectives, AbortFromAnotherThreadReleasesSynchronize) {
     EXPECT_EQ(zrt_all_reduce(comm, buffer.data(), buffer.data(), 4, ZRT_F32, ZRT_SUM, nullptr),
               ZRT_REMOTE_ERROR);
     (void)zrt_comm_destroy(comm);
+    ASSERT_OK(file_barrier(dir(), "abort-done", rank, size));
   });
 }
 

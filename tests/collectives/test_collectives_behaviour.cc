@@ -11,15 +11,11 @@
 #include "tests/collectives/rig.h"
 #include "tests/collectives/values.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/rank_count.h"
+#include "tests/harness/status_assert.h"
 
 namespace zrt::testing {
 namespace {
-
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    ::zrt::Status assert_ok_status_ = (expr);                              \
-    ASSERT_TRUE(assert_ok_status_.is_ok()) << assert_ok_status_.message(); \
-  } while (0)
 
 CollectiveArgs make(zrt_coll_kind_t kind, const void* send, void* recv, size_t count,
                     zrt_dtype_t dtype = ZRT_F32, zrt_op_t op = ZRT_SUM) {
@@ -149,12 +145,16 @@ void expect_count_mismatch_fails(bool windows) {
       options);
 }
 
-TEST(Collectives, CountMismatchAcrossRanksFailsThroughWindows) {
-  expect_count_mismatch_fails(true);
+// The parameter: through peer windows (true) or tagged messages.
+class CountMismatch : public ::testing::TestWithParam<bool> {};
+TEST_P(CountMismatch, AcrossRanksFails) {
+  expect_count_mismatch_fails(GetParam());
 }
-TEST(Collectives, CountMismatchAcrossRanksFailsThroughTaggedMessages) {
-  expect_count_mismatch_fails(false);
-}
+INSTANTIATE_TEST_SUITE_P(Collectives, CountMismatch, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "ThroughWindows"
+                                                         : "ThroughTaggedMessages");
+                         });
 
 TEST(Collectives, PointToPointRingAndSelf) {
   expect_ranks_pass(3, [](int rank, int size) {
@@ -254,15 +254,12 @@ void forced_algorithms(int rank, int size) {
   for (int r = 0; r < size; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
 }
 
-TEST(Collectives, ForcedAlgorithmsThreeRanks) {
-  expect_ranks_pass(3, forced_algorithms);
+class ForcedAlgorithms : public RankCount {};
+TEST_P(ForcedAlgorithms, EveryAlgorithmMatchesTheReference) {
+  expect_ranks_pass(GetParam(), forced_algorithms);
 }
-TEST(Collectives, ForcedAlgorithmsFourRanks) {
-  expect_ranks_pass(4, forced_algorithms);
-}
-TEST(Collectives, ForcedAlgorithmsSixRanks) {
-  expect_ranks_pass(6, forced_algorithms);
-}
+INSTANTIATE_TEST_SUITE_P(Collectives, ForcedAlgorithms, ::testing::Values(3, 4, 6),
+                         rank_count_name);
 
 void expect_invalid(Rig& rig, const CollectiveArgs& args, const char* needle) {
   Status status = enqueue_collective(rig.stream(), rig.rank, rig.size, args);

@@ -11,6 +11,7 @@
 #include "tests/collectives/rig.h"
 #include "tests/collectives/values.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/rank_count.h"
 
 namespace zrt::testing {
 namespace {
@@ -219,27 +220,19 @@ RankOptions options() {
   return options;
 }
 
-TEST(CollectivesMatrix, OneRank) {
-  expect_ranks_pass(1, run_matrix, options());
+class MatrixThroughWindows : public RankCount {};
+TEST_P(MatrixThroughWindows, EveryCaseMatchesTheReference) {
+  expect_ranks_pass(GetParam(), run_matrix, options());
 }
-TEST(CollectivesMatrix, TwoRanks) {
-  expect_ranks_pass(2, run_matrix, options());
+INSTANTIATE_TEST_SUITE_P(CollectivesMatrix, MatrixThroughWindows, ::testing::Values(1, 2, 3, 4, 8),
+                         rank_count_name);
+
+class MatrixThroughTaggedMessages : public RankCount {};
+TEST_P(MatrixThroughTaggedMessages, EveryCaseMatchesTheReference) {
+  expect_ranks_pass(GetParam(), run_matrix_tagged, options());
 }
-TEST(CollectivesMatrix, ThreeRanks) {
-  expect_ranks_pass(3, run_matrix, options());
-}
-TEST(CollectivesMatrix, FourRanks) {
-  expect_ranks_pass(4, run_matrix, options());
-}
-TEST(CollectivesMatrix, EightRanks) {
-  expect_ranks_pass(8, run_matrix, options());
-}
-TEST(CollectivesMatrix, TaggedTwoRanks) {
-  expect_ranks_pass(2, run_matrix_tagged, options());
-}
-TEST(CollectivesMatrix, TaggedThreeRanks) {
-  expect_ranks_pass(3, run_matrix_tagged, options());
-}
+INSTANTIATE_TEST_SUITE_P(CollectivesMatrix, MatrixThroughTaggedMessages, ::testing::Values(2, 3),
+                         rank_count_name);
 
 }  // namespace
 }  // namespace zrt::testing

@@ -11,6 +11,7 @@
 
 #include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
 
 namespace zrt::testing {
@@ -21,16 +22,13 @@ std::string run_dir() {
   return dir != nullptr ? dir : "";
 }
 
-#define ASSERT_ZRT(expr) ASSERT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
-#define EXPECT_ZRT(expr) EXPECT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
-
 // Barrier on a fresh stream, waited for: proves every rank of `comm` can talk.
 void barrier(zrt_comm_t comm) {
   zrt_stream_t stream = nullptr;
-  ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
-  EXPECT_ZRT(zrt_barrier(comm, stream));
-  EXPECT_ZRT(zrt_stream_synchronize(stream));
-  EXPECT_ZRT(zrt_stream_destroy(stream));
+  ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+  EXPECT_OK(zrt_barrier(comm, stream));
+  EXPECT_OK(zrt_stream_synchronize(stream));
+  EXPECT_OK(zrt_stream_destroy(stream));
 }
 
 // One extra round of the file OOB, waited for: every rank has reached this point.
@@ -47,13 +45,13 @@ void file_barrier(FileOob& oob, int size) {
 
 void check_queries(zrt_comm_t comm, int rank, int size) {
   int value = -1;
-  EXPECT_ZRT(zrt_comm_rank(comm, &value));
+  EXPECT_OK(zrt_comm_rank(comm, &value));
   EXPECT_EQ(value, rank);
-  EXPECT_ZRT(zrt_comm_size(comm, &value));
+  EXPECT_OK(zrt_comm_size(comm, &value));
   EXPECT_EQ(value, size);
   int local_rank = -1, local_size = -1;
-  EXPECT_ZRT(zrt_comm_local_rank(comm, &local_rank));
-  EXPECT_ZRT(zrt_comm_local_size(comm, &local_size));
+  EXPECT_OK(zrt_comm_local_rank(comm, &local_rank));
+  EXPECT_OK(zrt_comm_local_size(comm, &local_size));
   EXPECT_EQ(local_size, size);  // one host
   EXPECT_EQ(local_rank, rank);
   EXPECT_EQ(zrt_comm_rank(comm, nullptr), ZRT_INVALID_ARGUMENT);
@@ -69,10 +67,10 @@ TEST_P(CommOob, InitQueryDestroyReinit) {
     for (int round = 0; round < 2; ++round) {
       FileOob oob(run_dir(), "oob" + std::to_string(round), rank, size);
       zrt_comm_t comm = nullptr;
-      ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+      ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
       check_queries(comm, rank, size);
       barrier(comm);
-      EXPECT_ZRT(zrt_comm_destroy(comm));
+      EXPECT_OK(zrt_comm_destroy(comm));
     }
   });
 }
@@ -84,10 +82,10 @@ class CommEnv : public ::testing::TestWithParam<int> {};
 TEST_P(CommEnv, InitFromEnvironment) {
   expect_ranks_pass(GetParam(), [](int rank, int size) {
     zrt_comm_t comm = nullptr;
-    ASSERT_ZRT(zrt_comm_init_env(nullptr, &comm));
+    ASSERT_OK(zrt_comm_init_env(nullptr, &comm));
     check_queries(comm, rank, size);
     barrier(comm);
-    EXPECT_ZRT(zrt_comm_destroy(comm));
+    EXPECT_OK(zrt_comm_destroy(comm));
   });
 }
 
@@ -99,39 +97,39 @@ TEST(CommSplit, ColorsKeysAndNoColor) {
   expect_ranks_pass(4, [](int rank, int size) {
     FileOob oob(run_dir(), "split", rank, size);
     zrt_comm_t comm = nullptr;
-    ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+    ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
     zrt_comm_t half = nullptr;
-    ASSERT_ZRT(zrt_comm_split(comm, rank % 2, -rank, nullptr, &half));
+    ASSERT_OK(zrt_comm_split(comm, rank % 2, -rank, nullptr, &half));
     ASSERT_NE(half, nullptr);
     int new_rank = -1, new_size = -1;
-    EXPECT_ZRT(zrt_comm_rank(half, &new_rank));
-    EXPECT_ZRT(zrt_comm_size(half, &new_size));
+    EXPECT_OK(zrt_comm_rank(half, &new_rank));
+    EXPECT_OK(zrt_comm_size(half, &new_size));
     EXPECT_EQ(new_size, 2);
     EXPECT_EQ(new_rank, rank >= 2 ? 0 : 1);  // key -rank: the higher old rank comes first
     zrt_stream_t stream = nullptr;
-    ASSERT_ZRT(zrt_stream_create(half, ZRT_MEM_HOST, &stream));
+    ASSERT_OK(zrt_stream_create(half, ZRT_MEM_HOST, &stream));
     int32_t value = rank, sum = 0;
-    EXPECT_ZRT(zrt_all_reduce(half, &value, &sum, 1, ZRT_I32, ZRT_SUM, stream));
-    EXPECT_ZRT(zrt_stream_synchronize(stream));
+    EXPECT_OK(zrt_all_reduce(half, &value, &sum, 1, ZRT_I32, ZRT_SUM, stream));
+    EXPECT_OK(zrt_stream_synchronize(stream));
     EXPECT_EQ(sum, rank % 2 == 0 ? 0 + 2 : 1 + 3);
 
     zrt_comm_t most = nullptr;
-    ASSERT_ZRT(zrt_comm_split(comm, rank == 3 ? ZRT_SPLIT_NOCOLOR : 7, 0, nullptr, &most));
+    ASSERT_OK(zrt_comm_split(comm, rank == 3 ? ZRT_SPLIT_NOCOLOR : 7, 0, nullptr, &most));
     if (rank == 3) {
       EXPECT_EQ(most, nullptr);
     } else {
       ASSERT_NE(most, nullptr);
       check_queries(most, rank, 3);
       barrier(most);
-      EXPECT_ZRT(zrt_comm_destroy(most));
+      EXPECT_OK(zrt_comm_destroy(most));
     }
     EXPECT_EQ(zrt_comm_split(comm, -2, 0, nullptr, &most), ZRT_INVALID_ARGUMENT);
     EXPECT_NE(std::string(zrt_last_error()).find("color"), std::string::npos);
     EXPECT_EQ(zrt_comm_split(comm, 0, 0, nullptr, nullptr), ZRT_INVALID_ARGUMENT);
     EXPECT_NE(std::string(zrt_last_error()).find("newcomm"), std::string::npos);
-    EXPECT_ZRT(zrt_comm_destroy(half));  // destroys `stream` too
-    barrier(comm);                       // the parent still works
-    EXPECT_ZRT(zrt_comm_destroy(comm));
+    EXPECT_OK(zrt_comm_destroy(half));  // destroys `stream` too
+    barrier(comm);                      // the parent still works
+    EXPECT_OK(zrt_comm_destroy(comm));
   });
 }
 
@@ -139,12 +137,12 @@ TEST(CommOps, PremulOpsStatsAbort) {
   expect_ranks_pass(2, [](int rank, int size) {
     FileOob oob(run_dir(), "ops", rank, size);
     zrt_comm_t comm = nullptr;
-    ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+    ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
     zrt_op_t op;
-    ASSERT_ZRT(zrt_op_create_premul_sum(comm, 0.5, &op));
+    ASSERT_OK(zrt_op_create_premul_sum(comm, 0.5, &op));
     EXPECT_GE(static_cast<int>(op), ZRT_OP_COUNT);
     EXPECT_EQ(zrt_op_create_premul_sum(comm, 0.5, nullptr), ZRT_INVALID_ARGUMENT);
-    EXPECT_ZRT(zrt_op_destroy(comm, op));
+    EXPECT_OK(zrt_op_destroy(comm, op));
     EXPECT_EQ(zrt_op_destroy(comm, op), ZRT_INVALID_ARGUMENT);  // already gone
     EXPECT_EQ(zrt_op_destroy(comm, ZRT_SUM), ZRT_INVALID_ARGUMENT);
     EXPECT_NE(std::string(zrt_last_error()).find("built-in"), std::string::npos);
@@ -155,17 +153,17 @@ TEST(CommOps, PremulOpsStatsAbort) {
     EXPECT_NE(std::string(zrt_last_error()).find("stats->size"), std::string::npos);
     barrier(comm);
     stats.size = sizeof(stats);
-    EXPECT_ZRT(zrt_comm_stats(comm, &stats));
+    EXPECT_OK(zrt_comm_stats(comm, &stats));
     EXPECT_GE(stats.per_kind[ZRT_COLL_BARRIER].calls, 1u);
-    EXPECT_ZRT(zrt_comm_stats_reset(comm));
-    EXPECT_ZRT(zrt_comm_stats(comm, &stats));
+    EXPECT_OK(zrt_comm_stats_reset(comm));
+    EXPECT_OK(zrt_comm_stats(comm, &stats));
     EXPECT_EQ(stats.total.calls, 0u);
 
     // Both ranks are done talking before either aborts, and both have aborted before either
     // closes (a local close after an abort looks like a failure to a peer still running).
     barrier(comm);
     file_barrier(oob, size);
-    EXPECT_ZRT(zrt_comm_abort(comm));
+    EXPECT_OK(zrt_comm_abort(comm));
     EXPECT_EQ(zrt_comm_get_error(comm), ZRT_REMOTE_ERROR);
     EXPECT_NE(std::string(zrt_last_error()).find("aborted"), std::string::npos);
     file_barrier(oob, size);
@@ -188,9 +186,9 @@ TEST_P(CommFailure, PeerExitsBeforeReceive) {
       [](int rank, int size) {
         FileOob oob(run_dir(), "death", rank, size);
         zrt_comm_t comm = nullptr;
-        ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+        ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
         zrt_stream_t stream = nullptr;
-        ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+        ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
         barrier(comm);
         // Out of band, so that the dying rank cannot leave while a peer still finishes the
         // barrier above (that peer would then fail there instead of in the receive below).

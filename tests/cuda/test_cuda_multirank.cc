@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
 
 namespace zrt::testing {
@@ -96,9 +97,6 @@ class DeviceVector {
   float* data_ = nullptr;
   size_t count_ = 0;
 };
-
-#define EXPECT_OK(call) EXPECT_EQ((call), ZRT_SUCCESS) << #call << ": " << zrt_last_error()
-#define ASSERT_OK(call) ASSERT_EQ((call), ZRT_SUCCESS) << #call << ": " << zrt_last_error()
 
 void collectives_body(int rank, int size) {
   ASSERT_EQ(cudaSetDevice(rank % devices().devices), cudaSuccess);

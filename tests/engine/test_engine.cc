@@ -12,6 +12,8 @@
 
 #include "tests/collectives/rig.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
+#include "tests/harness/wait_until.h"
 
 namespace zrt::testing {
 namespace {
@@ -29,12 +31,6 @@ double cpu_seconds() {
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
-
-#define ASSERT_OK(expr)                                                    \
-  do {                                                                     \
-    ::zrt::Status assert_ok_status_ = (expr);                              \
-    ASSERT_TRUE(assert_ok_status_.is_ok()) << assert_ok_status_.message(); \
-  } while (0)
 
 TEST(Engine, HostFunctionsRunInStreamOrder) {
   expect_ranks_pass(1, [](int rank, int size) {
@@ -174,7 +170,9 @@ TEST(Engine, AbortUnblocksSynchronizeAtOnce) {
     Rig rig;
     ASSERT_OK(rig.init(rank, size, "abort", 30000));
     if (rank == 1) {
-      usleep(1500 * 1000);  // never sends; leaves after rank 0 is done
+      // Never sends, and stays until rank 0 is done: its leaving would fail rank 0's receive
+      // with a peer error before the abort. Out of band: rank 0's engine is aborted.
+      ASSERT_OK(rig.bootstrap->barrier());
       return;
     }
     std::vector<float> buffer(16);
@@ -185,6 +183,9 @@ TEST(Engine, AbortUnblocksSynchronizeAtOnce) {
     args.recvbuf = buffer.data();
     ASSERT_OK(enqueue_collective(rig.stream(), rank, size, args));
     EXPECT_EQ(rig.stream().query().code(), ZRT_IN_PROGRESS);
+    // The stimulus: the abort must land while synchronize blocks, so it comes a while after
+    // the call, well inside the 1 s synchronize is given to return and far below the engine's
+    // 30 s timeout, which would end the wait otherwise.
     std::thread aborter([&rig] {
       usleep(200 * 1000);
       rig.engine->abort(Status(ZRT_REMOTE_ERROR, "communicator aborted"));
@@ -197,6 +198,7 @@ TEST(Engine, AbortUnblocksSynchronizeAtOnce) {
     EXPECT_NE(status.message().find("communicator aborted"), std::string::npos);
     EXPECT_LT(waited, 1.0);
     EXPECT_EQ(rig.engine->error().code(), ZRT_REMOTE_ERROR);
+    ASSERT_OK(rig.bootstrap->barrier());
   });
 }
 
@@ -205,7 +207,9 @@ TEST(Engine, NoProgressTimesOutNamingTheCallAndPeer) {
     Rig rig;
     ASSERT_OK(rig.init(rank, size, "timeout", 1000));
     if (rank == 1) {
-      usleep(2500 * 1000);  // takes no part
+      // Takes no part, and stays alive until rank 0 has seen its timeout: leaving would turn
+      // the timeout into a peer error.
+      ASSERT_OK(rig.bootstrap->barrier());
       return;
     }
     std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
@@ -225,6 +229,7 @@ TEST(Engine, NoProgressTimesOutNamingTheCallAndPeer) {
     EXPECT_GE(waited, 0.9);
     EXPECT_LT(waited, 2.0);
     EXPECT_EQ(rig.engine->error().code(), ZRT_TIMEOUT);
+    ASSERT_OK(rig.bootstrap->barrier());
   });
 }
 
@@ -250,7 +255,8 @@ TEST(Engine, VanishedPeerFailsSurvivorsWithinTimeout) {
     EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
         << status.message();
     EXPECT_LT(seconds_since(start), 8.0);
-    // A failed engine sleeps: no spinning on the error.
+    // A failed engine sleeps: no spinning on the error. A measurement window, not a wait: a
+    // spinning progress thread would burn most of this second, a sleeping one almost none.
     const double cpu_before = cpu_seconds();
     usleep(1000 * 1000);
     EXPECT_LT(cpu_seconds() - cpu_before, 0.2);
@@ -266,6 +272,7 @@ class OwnerEvent final : public Event {
   explicit OwnerEvent(ProgressEngine& engine) : engine_(engine) {}
   Status record(Stream&) override { return Status::ok(); }
   Status query() override {
+    polls_.fetch_add(1);
     const int state = state_.load();
     if (state == 0) return Status(ZRT_IN_PROGRESS, "not yet");
     if (state == 1) return Status::ok();
@@ -274,6 +281,7 @@ class OwnerEvent final : public Event {
   Status synchronize() override { return query(); }
   ProgressEngine& engine() override { return engine_; }
   std::atomic<int> state_{0};
+  std::atomic<int> polls_{0};  // query() calls: the engine's polls
 
  private:
   ProgressEngine& engine_;
@@ -292,7 +300,9 @@ TEST(Engine, StreamsWaitOnEventsOfAnotherKind) {
           return Status::ok();
         },
         "after"));
-    usleep(50 * 1000);
+    // Twice polled and still pending, the engine has had its chance to run the function early.
+    ASSERT_TRUE(wait_until([&] { return event.polls_.load() >= 2; }, std::chrono::seconds(10),
+                           "the engine polling the foreign event"));
     EXPECT_EQ(rig.stream(0).query().code(), ZRT_IN_PROGRESS);
     event.state_ = 1;
     ASSERT_OK(rig.stream(0).synchronize());
@@ -315,7 +325,10 @@ TEST(Engine, WaitsBlockWithoutSpinning) {
     args.count = buffer.size();
     args.peer = 1 - rank;
     if (rank == 1) {
-      usleep(1200 * 1000);  // the peer waits this long for the message
+      // The stimulus: rank 0 must wait for the message, through its 300 ms idle window and
+      // then about 0.9 s blocked in the receive, long enough for spinning to show in its CPU
+      // time.
+      usleep(1200 * 1000);
       args.kind = ZRT_COLL_SEND;
       args.sendbuf = buffer.data();
       ASSERT_OK(rig.run(args));
@@ -323,7 +336,7 @@ TEST(Engine, WaitsBlockWithoutSpinning) {
     }
     // Idle engine, then an engine waiting for a message, then a host thread blocked on it.
     double cpu_before = cpu_seconds();
-    usleep(300 * 1000);
+    usleep(300 * 1000);  // a measurement window: an idle engine uses no CPU in it
     EXPECT_LT(cpu_seconds() - cpu_before, 0.1) << "idle engine";
     args.kind = ZRT_COLL_RECV;
     args.recvbuf = buffer.data();

@@ -7,10 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
-
-#define ASSERT_ZRT(expr) ASSERT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
-#define EXPECT_ZRT(expr) EXPECT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
 
 namespace zrt::testing {
 

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/hardening/peer_failure.h"
+#include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
 #include "zrt/zrt.h"
 
@@ -99,15 +100,15 @@ void victim_body(const Scenario& scenario, int size) {
     fail_now(Failure::kKill);
   }
   zrt_comm_t comm = nullptr;
-  ASSERT_ZRT(zrt_comm_init_env(nullptr, &comm));
+  ASSERT_OK(zrt_comm_init_env(nullptr, &comm));
   zrt_stream_t stream = nullptr;
-  ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
-  ASSERT_ZRT(barrier_sync(comm, stream));
+  ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+  ASSERT_OK(barrier_sync(comm, stream));
   if (scenario.phase == Phase::kBetweenSteps) {
-    for (int i = 0; i < kSteps; ++i) ASSERT_ZRT(step(comm, stream, size));
-    // Between steps: the last step's messages to the others are delivered before it fails
-    // (a rank that dies while its sends are in flight fails that step, which is another case).
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int i = 0; i < kSteps; ++i) ASSERT_OK(step(comm, stream, size));
+    // Between steps: every survivor has finished the last step with it before it fails (a
+    // rank that dies while its sends are in flight fails that step, which is another case).
+    ASSERT_OK(file_barrier(run_dir(), "between-steps", scenario.victim, size));
     fail_now(scenario.failure);
   }
   std::vector<float> data(kBigCount, 1.0f);
@@ -131,7 +132,7 @@ void expect_prompt_error(zrt_status_t status, int64_t waited_ms, const char* wha
                static_cast<long long>(waited_ms), message.c_str());
 }
 
-void survivor_body(const Scenario& scenario, int size) {
+void survivor_body(const Scenario& scenario, int rank, int size) {
   zrt_comm_t comm = nullptr;
   auto start = std::chrono::steady_clock::now();
   const zrt_status_t init = zrt_comm_init_env(nullptr, &comm);
@@ -140,7 +141,7 @@ void survivor_body(const Scenario& scenario, int size) {
       // A victim killed late in the rendezvous may let it finish: then the first step with it
       // must fail instead.
       zrt_stream_t stream = nullptr;
-      ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+      ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
       start = std::chrono::steady_clock::now();
       expect_prompt_error(step(comm, stream, size), elapsed_ms(start), "the first step");
       zrt_comm_destroy(comm);
@@ -150,13 +151,14 @@ void survivor_body(const Scenario& scenario, int size) {
     kill_victim();
     return;
   }
-  ASSERT_ZRT(init);
+  ASSERT_OK(init);
   zrt_stream_t stream = nullptr;
-  ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
-  ASSERT_ZRT(barrier_sync(comm, stream));
+  ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+  ASSERT_OK(barrier_sync(comm, stream));
   zrt_status_t status = ZRT_SUCCESS;
   if (scenario.phase == Phase::kBetweenSteps) {
-    for (int i = 0; i < kSteps; ++i) ASSERT_ZRT(step(comm, stream, size));
+    for (int i = 0; i < kSteps; ++i) ASSERT_OK(step(comm, stream, size));
+    ASSERT_OK(file_barrier(run_dir(), "between-steps", rank, size));
     start = std::chrono::steady_clock::now();
     status = step(comm, stream, size);
   } else {
@@ -194,7 +196,7 @@ TEST_P(DeadPeers, SurvivorsFailWithinTimeout) {
         if (rank == scenario.victim) {
           victim_body(scenario, size);
         } else {
-          survivor_body(scenario, size);
+          survivor_body(scenario, rank, size);
         }
       },
       options);

@@ -201,4 +201,11 @@ zrt_status_t FileOob::start(const void* sendbuf, void* recvbuf, size_t bytes, vo
   return ZRT_SUCCESS;
 }
 
+Status file_barrier(const std::string& dir, const std::string& name, int rank, int size,
+                    int64_t timeout_ms) {
+  std::unique_ptr<Bootstrap> bootstrap;
+  ZRT_RETURN_IF_ERROR(create_file_bootstrap(dir, name, rank, size, timeout_ms, &bootstrap));
+  return bootstrap->barrier();
+}
+
 }  // namespace zrt::testing

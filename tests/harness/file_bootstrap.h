@@ -19,6 +19,13 @@ namespace zrt::testing {
 Status create_file_bootstrap(const std::string& dir, const std::string& name, int rank, int size,
                              int64_t timeout_ms, std::unique_ptr<Bootstrap>* bootstrap);
 
+// Returns once every rank of the run has called it with the same `name` (a barrier through
+// files, outside any communicator, so it still works when the communicator under test has
+// failed), or fails with ZRT_TIMEOUT naming the ranks that did not arrive within `timeout_ms`.
+// For tests whose ranks must line up before one of them stops taking part.
+Status file_barrier(const std::string& dir, const std::string& name, int rank, int size,
+                    int64_t timeout_ms = 30000);
+
 // The same exchange behind zrt_oob_t's callbacks. The FileOob must outlive every use of oob().
 class FileOob {
  public:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/harness/multirank.h"
+#include "tests/harness/rank_count.h"
 #include "tests/partition/partition_test_model.h"
 #include "zrt/zrt.h"
 
@@ -95,18 +96,12 @@ void equivalence_body(int /*rank*/, int size) {
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
-TEST(PartitionMultirank, EveryStageMatchesTheReferenceN1) {
-  expect_ranks_pass(1, equivalence_body);
+class PartitionEquivalence : public RankCount {};
+TEST_P(PartitionEquivalence, EveryStageMatchesTheReference) {
+  expect_ranks_pass(GetParam(), equivalence_body);
 }
-TEST(PartitionMultirank, EveryStageMatchesTheReferenceN2) {
-  expect_ranks_pass(2, equivalence_body);
-}
-TEST(PartitionMultirank, EveryStageMatchesTheReferenceN3) {
-  expect_ranks_pass(3, equivalence_body);
-}
-TEST(PartitionMultirank, EveryStageMatchesTheReferenceN4) {
-  expect_ranks_pass(4, equivalence_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionEquivalence, ::testing::Values(1, 2, 3, 4),
+                         rank_count_name);
 
 // Bytes each rank sends in one step: P(N-1)/N elements per reduce-scatter or all-gather of the
 // whole (padded) model; stages 1/2 do one of each, stage 3 two gathers and one reduce-scatter,
@@ -147,12 +142,12 @@ void traffic_body(int /*rank*/, int size) {
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
-TEST(PartitionMultirank, TrafficPerStepIsExactN2) {
-  expect_ranks_pass(2, traffic_body);
+class PartitionTraffic : public RankCount {};
+TEST_P(PartitionTraffic, TrafficPerStepIsExact) {
+  expect_ranks_pass(GetParam(), traffic_body);
 }
-TEST(PartitionMultirank, TrafficPerStepIsExactN3) {
-  expect_ranks_pass(3, traffic_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionTraffic, ::testing::Values(2, 3),
+                         rank_count_name);
 
 // Measured memory: f16 parameters and gradients with Adam, two models of very different size.
 void memory_body(int /*rank*/, int size) {
@@ -218,12 +213,12 @@ void memory_body(int /*rank*/, int size) {
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
-TEST(PartitionMultirank, MeasuredMemoryIsTheFormulaPlusPaddingN2) {
-  expect_ranks_pass(2, memory_body);
+class PartitionMemory : public RankCount {};
+TEST_P(PartitionMemory, MeasuredMemoryIsTheFormulaPlusPadding) {
+  expect_ranks_pass(GetParam(), memory_body);
 }
-TEST(PartitionMultirank, MeasuredMemoryIsTheFormulaPlusPaddingN3) {
-  expect_ranks_pass(3, memory_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionMemory, ::testing::Values(2, 3),
+                         rank_count_name);
 
 // Stage 3 window: units of different sizes, depth d; never more than d + 1 units gathered,
 // never more bytes than max_live_bytes, and prefetching does happen.
@@ -471,19 +466,19 @@ void prefetch_next_step_body(int /*rank*/, int size) {
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
 
-TEST(PartitionMultirank, PrefetchNextStepGathersTheFirstUnitsN2) {
-  expect_ranks_pass(2, prefetch_next_step_body);
+class PartitionPrefetchNextStep : public RankCount {};
+TEST_P(PartitionPrefetchNextStep, PrefetchNextStepGathersTheFirstUnits) {
+  expect_ranks_pass(GetParam(), prefetch_next_step_body);
 }
-TEST(PartitionMultirank, PrefetchNextStepGathersTheFirstUnitsN3) {
-  expect_ranks_pass(3, prefetch_next_step_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionPrefetchNextStep, ::testing::Values(2, 3),
+                         rank_count_name);
 
-TEST(PartitionMultirank, GradientWindowsAreNotRewrittenWhileReducedN2) {
-  expect_ranks_pass(2, window_reuse_body);
+class PartitionGradientWindows : public RankCount {};
+TEST_P(PartitionGradientWindows, GradientWindowsAreNotRewrittenWhileReduced) {
+  expect_ranks_pass(GetParam(), window_reuse_body);
 }
-TEST(PartitionMultirank, GradientWindowsAreNotRewrittenWhileReducedN3) {
-  expect_ranks_pass(3, window_reuse_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionGradientWindows, ::testing::Values(2, 3),
+                         rank_count_name);
 
 }  // namespace
 }  // namespace zrt::testing

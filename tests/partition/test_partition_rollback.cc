@@ -20,10 +20,9 @@
 
 #include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/rank_count.h"
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
-
-#define ASSERT_ZRT(expr) ASSERT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
-#define EXPECT_ZRT(expr) EXPECT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
 
 namespace zrt::testing {
 namespace {
@@ -87,18 +86,18 @@ void make_pm(Run* run, int stage, int step_backup) {
   config.bucket_bytes = 1024;          // several buckets, parameters straddle them
   config.persistence_threshold = 305;  // stage 3: unit 0 stays gathered (persistent segment)
   config.alignment = 4;
-  ASSERT_ZRT(zrt_partition_create(run->comm, &config, &run->pm));
+  ASSERT_OK(zrt_partition_create(run->comm, &config, &run->pm));
   for (int u = 0; u < kUnits; ++u) {
     int unit = 0, param = 0;
-    ASSERT_ZRT(zrt_partition_add_unit(run->pm, "layer", &unit));
-    ASSERT_ZRT(zrt_partition_add_param(run->pm, unit, "w", unit_numel(u), 0, &param));
+    ASSERT_OK(zrt_partition_add_unit(run->pm, "layer", &unit));
+    ASSERT_OK(zrt_partition_add_param(run->pm, unit, "w", unit_numel(u), 0, &param));
     run->params.push_back(param);
   }
-  ASSERT_ZRT(zrt_partition_finalize(run->pm));
+  ASSERT_OK(zrt_partition_finalize(run->pm));
   for (int u = 0; u < kUnits; ++u) {
     std::vector<float> values(unit_numel(u));
     for (size_t i = 0; i < values.size(); ++i) values[i] = 0.01f * static_cast<float>(i % 97) - u;
-    ASSERT_ZRT(zrt_partition_load_param(run->pm, run->params[u], values.data(), ZRT_F32));
+    ASSERT_OK(zrt_partition_load_param(run->pm, run->params[u], values.data(), ZRT_F32));
   }
 }
 
@@ -106,22 +105,22 @@ void make_pm(Run* run, int stage, int step_backup) {
 void forward_backward(Run* run, int step) {
   std::vector<std::vector<float>> values(kUnits);
   for (int u = 0; u < kUnits; ++u) {
-    ASSERT_ZRT(zrt_partition_fetch(run->pm, u));
+    ASSERT_OK(zrt_partition_fetch(run->pm, u));
     void* data = nullptr;
-    ASSERT_ZRT(zrt_partition_param_data(run->pm, run->params[u], &data));
+    ASSERT_OK(zrt_partition_param_data(run->pm, run->params[u], &data));
     values[u].assign(static_cast<float*>(data), static_cast<float*>(data) + unit_numel(u));
-    ASSERT_ZRT(zrt_partition_release(run->pm, u));
+    ASSERT_OK(zrt_partition_release(run->pm, u));
   }
   for (int u = kUnits - 1; u >= 0; --u) {
-    ASSERT_ZRT(zrt_partition_fetch(run->pm, u));
+    ASSERT_OK(zrt_partition_fetch(run->pm, u));
     void* grad = nullptr;
-    ASSERT_ZRT(zrt_partition_grad_data(run->pm, run->params[u], &grad));
+    ASSERT_OK(zrt_partition_grad_data(run->pm, run->params[u], &grad));
     float* g = static_cast<float*>(grad);
     for (size_t i = 0; i < unit_numel(u); ++i) {
       g[i] = 0.5f * values[u][i] + 0.01f * static_cast<float>((step + 1) * (run->rank + 1));
     }
-    ASSERT_ZRT(zrt_partition_grad_ready(run->pm, u));
-    ASSERT_ZRT(zrt_partition_release(run->pm, u));
+    ASSERT_OK(zrt_partition_grad_ready(run->pm, u));
+    ASSERT_OK(zrt_partition_release(run->pm, u));
   }
 }
 
@@ -129,13 +128,13 @@ void forward_backward(Run* run, int step) {
 std::vector<float> read_params(Run* run) {
   std::vector<float> all;
   for (int u = 0; u < kUnits; ++u) {
-    EXPECT_ZRT(zrt_partition_fetch(run->pm, u));
+    EXPECT_OK(zrt_partition_fetch(run->pm, u));
     void* data = nullptr;
-    EXPECT_ZRT(zrt_partition_param_data(run->pm, run->params[u], &data));
+    EXPECT_OK(zrt_partition_param_data(run->pm, run->params[u], &data));
     if (data != nullptr) {
       all.insert(all.end(), static_cast<float*>(data), static_cast<float*>(data) + unit_numel(u));
     }
-    EXPECT_ZRT(zrt_partition_release(run->pm, u));
+    EXPECT_OK(zrt_partition_release(run->pm, u));
   }
   return all;
 }
@@ -155,7 +154,7 @@ void init_comm(Run* run, int rank, int size, const std::string& name) {
   run->rank = rank;
   static std::vector<std::unique_ptr<FileOob>> oobs;  // must outlive the communicator
   oobs.push_back(std::make_unique<FileOob>(run_dir(), name, rank, size));
-  ASSERT_ZRT(zrt_comm_init_oob(&oobs.back()->oob(), nullptr, &run->comm));
+  ASSERT_OK(zrt_comm_init_oob(&oobs.back()->oob(), nullptr, &run->comm));
 }
 
 // Three steps; with `fail_rank` >= 0 that rank's optimizer fails on the second step, which is
@@ -169,7 +168,7 @@ void train(Run* run, int fail_rank, std::vector<float>* final_params) {
       const std::vector<float> params_before = read_params(run);
       const std::vector<float> shard_before = read_shard(opt);
       int64_t count_before = -1;
-      ASSERT_ZRT(zrt_partition_get_step(run->pm, &count_before));
+      ASSERT_OK(zrt_partition_get_step(run->pm, &count_before));
       opt.fail = run->rank == fail_rank;
       const zrt_status_t status = zrt_partition_step(run->pm, optimizer_fn, &opt);
       opt.fail = false;
@@ -181,14 +180,14 @@ void train(Run* run, int fail_rank, std::vector<float>* final_params) {
       EXPECT_TRUE(same_bytes(read_shard(opt), shard_before)) << "master/state not rolled back";
       EXPECT_TRUE(same_bytes(read_params(run), params_before)) << "parameters changed";
       int64_t count_after = -1;
-      ASSERT_ZRT(zrt_partition_get_step(run->pm, &count_after));
+      ASSERT_OK(zrt_partition_get_step(run->pm, &count_after));
       EXPECT_EQ(count_after, count_before);
     }
     // A retry needs no new backward: the gradients survive a failed step.
-    ASSERT_ZRT(zrt_partition_step(run->pm, optimizer_fn, &opt));
+    ASSERT_OK(zrt_partition_step(run->pm, optimizer_fn, &opt));
   }
   int64_t steps = 0;
-  ASSERT_ZRT(zrt_partition_get_step(run->pm, &steps));
+  ASSERT_OK(zrt_partition_get_step(run->pm, &steps));
   EXPECT_EQ(steps, 3);
   *final_params = read_params(run);
 }
@@ -202,7 +201,7 @@ void rollback_body(int rank, int size) {
     std::vector<float> uninterrupted, retried;
     make_pm(&run, stage, 1);
     train(&run, -1, &uninterrupted);
-    ASSERT_ZRT(zrt_partition_destroy(run.pm));
+    ASSERT_OK(zrt_partition_destroy(run.pm));
     run.params.clear();
     for (int fail_rank : {size - 1, 0}) {
       make_pm(&run, stage, 1);
@@ -212,29 +211,26 @@ void rollback_body(int rank, int size) {
       // The backup is its own category: (1 + slots) f32 arrays of the shard, in the total only.
       zrt_partition_memory_t m{};
       m.size = sizeof(m);
-      ASSERT_ZRT(zrt_partition_memory(run.pm, &m));
+      ASSERT_OK(zrt_partition_memory(run.pm, &m));
       EXPECT_EQ(m.step_backup, m.master * 3);
       EXPECT_EQ(m.model_state, m.full_params + m.param_shard + m.gradients + m.grad_shard +
                                    m.master + m.optimizer_state);
       EXPECT_EQ(m.total,
                 m.model_state + m.buckets + m.gather_window + m.grad_staging + m.step_backup);
-      ASSERT_ZRT(zrt_partition_destroy(run.pm));
+      ASSERT_OK(zrt_partition_destroy(run.pm));
       run.params.clear();
       if (size == 1) break;
     }
   }
-  EXPECT_ZRT(zrt_comm_destroy(run.comm));
+  EXPECT_OK(zrt_comm_destroy(run.comm));
 }
 
-TEST(PartitionRollback, FailedOptimizerOnOneRankRollsBackEveryRankN1) {
-  expect_ranks_pass(1, rollback_body);
+class RollbackRanks : public RankCount {};
+TEST_P(RollbackRanks, FailedOptimizerOnOneRankRollsBackEveryRank) {
+  expect_ranks_pass(GetParam(), rollback_body);
 }
-TEST(PartitionRollback, FailedOptimizerOnOneRankRollsBackEveryRankN2) {
-  expect_ranks_pass(2, rollback_body);
-}
-TEST(PartitionRollback, FailedOptimizerOnOneRankRollsBackEveryRankN3) {
-  expect_ranks_pass(3, rollback_body);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionRollback, RollbackRanks, ::testing::Values(1, 2, 3),
+                         rank_count_name);
 
 // The backup's copy is spread over the fetches (a share of it per fetch); a step reached after
 // fewer fetches than units copies the rest itself, and a failed optimizer is still rolled back
@@ -248,26 +244,26 @@ void partial_backup_body(int rank, int size) {
     make_pm(&run, stage, 1);
     Optimizer opt;
     forward_backward(&run, 0);
-    ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
-    ASSERT_ZRT(zrt_partition_fetch(run.pm, kUnits - 1));
-    ASSERT_ZRT(zrt_partition_release(run.pm, kUnits - 1));
+    ASSERT_OK(zrt_partition_step(run.pm, optimizer_fn, &opt));
+    ASSERT_OK(zrt_partition_fetch(run.pm, kUnits - 1));
+    ASSERT_OK(zrt_partition_release(run.pm, kUnits - 1));
     for (int u = kUnits - 1; u >= 0; --u) {
       void* grad = nullptr;
-      ASSERT_ZRT(zrt_partition_grad_data(run.pm, run.params[u], &grad));
+      ASSERT_OK(zrt_partition_grad_data(run.pm, run.params[u], &grad));
       std::fill_n(static_cast<float*>(grad), unit_numel(u), 0.25f * static_cast<float>(u + 1));
-      ASSERT_ZRT(zrt_partition_grad_ready(run.pm, u));
+      ASSERT_OK(zrt_partition_grad_ready(run.pm, u));
     }
     const std::vector<float> shard_before = read_shard(opt);
     opt.fail = rank == size - 1;
     EXPECT_EQ(zrt_partition_step(run.pm, optimizer_fn, &opt), kFailure) << zrt_last_error();
     opt.fail = false;
     EXPECT_TRUE(same_bytes(read_shard(opt), shard_before)) << "master/state not rolled back";
-    ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
+    ASSERT_OK(zrt_partition_step(run.pm, optimizer_fn, &opt));
     EXPECT_FALSE(same_bytes(read_shard(opt), shard_before)) << "the retried step did nothing";
-    ASSERT_ZRT(zrt_partition_destroy(run.pm));
+    ASSERT_OK(zrt_partition_destroy(run.pm));
     run.params.clear();
   }
-  EXPECT_ZRT(zrt_comm_destroy(run.comm));
+  EXPECT_OK(zrt_comm_destroy(run.comm));
 }
 
 TEST(PartitionRollback, BackupTakenPartlyByFetchesStillRollsBackN2) {
@@ -286,12 +282,12 @@ void no_backup_body(int rank, int size) {
     make_pm(&run, stage, 0);
     zrt_partition_memory_t m{};
     m.size = sizeof(m);
-    ASSERT_ZRT(zrt_partition_memory(run.pm, &m));
+    ASSERT_OK(zrt_partition_memory(run.pm, &m));
     EXPECT_EQ(m.step_backup, 0u);
     EXPECT_EQ(m.total, m.model_state + m.buckets + m.gather_window + m.grad_staging);
     Optimizer opt;
     forward_backward(&run, 0);
-    ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
+    ASSERT_OK(zrt_partition_step(run.pm, optimizer_fn, &opt));
     forward_backward(&run, 1);
     const std::vector<float> params_before = read_params(&run);
     const std::vector<float> shard_before = read_shard(opt);
@@ -303,12 +299,12 @@ void no_backup_body(int rank, int size) {
     EXPECT_TRUE(same_bytes(read_params(&run), params_before)) << "parameters were published";
     EXPECT_FALSE(same_bytes(read_shard(opt), shard_before)) << "master/state: callbacks' work";
     int64_t steps = -1;
-    ASSERT_ZRT(zrt_partition_get_step(run.pm, &steps));
+    ASSERT_OK(zrt_partition_get_step(run.pm, &steps));
     EXPECT_EQ(steps, 1);
-    ASSERT_ZRT(zrt_partition_destroy(run.pm));
+    ASSERT_OK(zrt_partition_destroy(run.pm));
     run.params.clear();
   }
-  EXPECT_ZRT(zrt_comm_destroy(run.comm));
+  EXPECT_OK(zrt_comm_destroy(run.comm));
 }
 
 TEST(PartitionRollback, WithoutBackupEveryRankFailsBeforePublishingN2) {
@@ -329,7 +325,7 @@ void dead_peer_body(int rank, int size, int stage, bool inside_optimizer) {
   if (::testing::Test::HasFailure()) return;
   Optimizer opt;
   forward_backward(&run, 0);
-  ASSERT_ZRT(zrt_partition_step(run.pm, optimizer_fn, &opt));
+  ASSERT_OK(zrt_partition_step(run.pm, optimizer_fn, &opt));
   const bool victim = rank == size - 1;
   forward_backward(&run, 1);
   // Every rank's forward and backward have returned before the victim may die: a survivor
@@ -342,11 +338,11 @@ void dead_peer_body(int rank, int size, int stage, bool inside_optimizer) {
     char mine = 1;
     std::vector<char> all(static_cast<size_t>(size));
     void* request = nullptr;
-    ASSERT_ZRT(oob.allgather(&mine, all.data(), 1, oob.user_data, &request));
+    ASSERT_OK(oob.allgather(&mine, all.data(), 1, oob.user_data, &request));
     zrt_status_t status = ZRT_IN_PROGRESS;
     while (status == ZRT_IN_PROGRESS) status = oob.test(request);  // test() sleeps while waiting
     oob.free(request);
-    ASSERT_ZRT(status);
+    ASSERT_OK(status);
   }
   // Before the step: after its backward, so the survivors' fetches have what they need.
   if (victim && !inside_optimizer) _exit(kVictimExit);
@@ -388,15 +384,29 @@ void expect_survivors(int stage, bool inside_optimizer) {
   }
 }
 
-TEST(PartitionRollback, PeerDyingInItsOptimizerLeavesSurvivorsIntactStage2) {
-  expect_survivors(2, true);
+// Where the victim dies, and in which stage.
+struct DeadPeerCase {
+  int stage;
+  bool inside_optimizer;
+};
+
+void PrintTo(const DeadPeerCase& c, std::ostream* os) {
+  *os << "stage " << c.stage
+      << (c.inside_optimizer ? ", inside its optimizer" : ", before the step");
 }
-TEST(PartitionRollback, PeerDyingInItsOptimizerLeavesSurvivorsIntactStage3) {
-  expect_survivors(3, true);
+
+class PeerDying : public ::testing::TestWithParam<DeadPeerCase> {};
+TEST_P(PeerDying, LeavesSurvivorsIntact) {
+  expect_survivors(GetParam().stage, GetParam().inside_optimizer);
 }
-TEST(PartitionRollback, PeerDyingBeforeTheStepLeavesSurvivorsIntactStage1) {
-  expect_survivors(1, false);
-}
+INSTANTIATE_TEST_SUITE_P(PartitionRollback, PeerDying,
+                         ::testing::Values(DeadPeerCase{2, true}, DeadPeerCase{3, true},
+                                           DeadPeerCase{1, false}),
+                         [](const ::testing::TestParamInfo<DeadPeerCase>& info) {
+                           return std::string(info.param.inside_optimizer ? "InItsOptimizer"
+                                                                          : "BeforeTheStep") +
+                                  "Stage" + std::to_string(info.param.stage);
+                         });
 
 }  // namespace
 }  // namespace zrt::testing

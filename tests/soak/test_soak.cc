@@ -27,9 +27,8 @@
 
 #include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 #include "zrt/zrt.h"
-
-#define ASSERT_ZRT(expr) ASSERT_EQ((expr), ZRT_SUCCESS) << #expr << ": " << zrt_last_error()
 
 namespace zrt::testing {
 namespace {
@@ -162,11 +161,11 @@ std::string check(const Slot& slot, int rank, int size) {
 void soak_body(uint64_t seed, uint64_t total_ops, int rank, int size) {
   FileOob oob(std::getenv("ZRT_TEST_RUN_DIR"), "soak", rank, size);
   zrt_comm_t comm = nullptr;
-  ASSERT_ZRT(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+  ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
   zrt_stream_t streams[kStreams] = {};
-  for (auto& stream : streams) ASSERT_ZRT(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+  for (auto& stream : streams) ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
   zrt_event_t event = nullptr;
-  ASSERT_ZRT(zrt_event_create(comm, &event));
+  ASSERT_OK(zrt_event_create(comm, &event));
   std::vector<std::vector<Slot>> slots(kStreams);
   for (auto& ring : slots) ring.resize(kSlots);
   std::deque<int> in_flight[kStreams];  // slot indices, oldest first
@@ -182,7 +181,7 @@ void soak_body(uint64_t seed, uint64_t total_ops, int rank, int size) {
   auto retire = [&](int s) {
     // Each op was enqueued after the previous ones of its stream: synchronizing the stream
     // retires all of them; the ring just bounds the buffers.
-    ASSERT_ZRT(zrt_stream_synchronize(streams[s]));
+    ASSERT_OK(zrt_stream_synchronize(streams[s]));
     while (!in_flight[s].empty()) {
       const std::string wrong = check(slots[s][in_flight[s].front()], rank, size);
       ASSERT_EQ(wrong, "") << "stream " << s;
@@ -208,13 +207,15 @@ void soak_body(uint64_t seed, uint64_t total_ops, int rank, int size) {
     const bool link = shared() % 8 == 0;  // order this stream after another one's tail
     const int other = static_cast<int>(shared() % kStreams);
     if (local() % 16 == 0) {
+      // The stimulus: this rank's own random jitter (up to 3 ms), so ranks reach each call at
+      // different times and the streams interleave differently on every rank.
       std::this_thread::sleep_for(std::chrono::microseconds(local() % 3000));
     }
     if (link && other != s) {
-      ASSERT_ZRT(zrt_event_record(event, streams[other]));
-      ASSERT_ZRT(zrt_stream_wait_event(streams[s], event));
+      ASSERT_OK(zrt_event_record(event, streams[other]));
+      ASSERT_OK(zrt_stream_wait_event(streams[s], event));
     }
-    ASSERT_ZRT(enqueue(comm, streams[s], slot, rank, size));
+    ASSERT_OK(enqueue(comm, streams[s], slot, rank, size));
     in_flight[s].push_back(next_slot[s]);
     next_slot[s] = (next_slot[s] + 1) % kSlots;
   }
@@ -234,9 +235,9 @@ void soak_body(uint64_t seed, uint64_t total_ops, int rank, int size) {
   EXPECT_LT(rss_end - rss_start, kRssSlackBytes) << "resident memory grew";
   zrt_comm_stats_t stats{};
   stats.size = sizeof(stats);
-  ASSERT_ZRT(zrt_comm_stats(comm, &stats));
+  ASSERT_OK(zrt_comm_stats(comm, &stats));
   EXPECT_GE(stats.total.calls, total_ops);
-  ASSERT_ZRT(zrt_comm_destroy(comm));
+  ASSERT_OK(zrt_comm_destroy(comm));
 }
 
 TEST(Soak, MixedCollectivesOnThreeStreams) {

@@ -5,14 +5,14 @@
 
 #include "lib/partition/config.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/rank_count.h"
+#include "tests/harness/status_assert.h"
 #include "tools/zrt-mem/mem_plan.h"
 #include "tools/zrt-mem/model_spec.h"
 #include "zrt/zrt.h"
 
 namespace zrt::mem {
 namespace {
-
-#define ASSERT_ZRT(call) ASSERT_EQ((call), ZRT_SUCCESS) << #call << ": " << zrt_last_error()
 
 ModelSpec test_model() {
   TransformerShape shape;
@@ -38,7 +38,7 @@ struct Setting {
 
 void check_rank(int /*rank*/, int size) {
   zrt_comm_t comm = nullptr;
-  ASSERT_ZRT(zrt_comm_init_env(nullptr, &comm));
+  ASSERT_OK(zrt_comm_init_env(nullptr, &comm));
   const ModelSpec model = test_model();
   const Setting settings[] = {{ZRT_BF16, ZRT_F32, 64 << 10, 1, 2},
                               {ZRT_F16, ZRT_F16, 1 << 20, 2, 1},
@@ -56,21 +56,21 @@ void check_rank(int /*rank*/, int size) {
       config.prefetch_depth = setting.prefetch_depth;
       config.optimizer_slots = setting.slots;
       zrt_partition_t pm = nullptr;
-      ASSERT_ZRT(zrt_partition_create(comm, &config, &pm));
+      ASSERT_OK(zrt_partition_create(comm, &config, &pm));
       for (const UnitSpec& unit : model.units) {
         int index = 0;
-        ASSERT_ZRT(zrt_partition_add_unit(pm, unit.name.c_str(), &index));
+        ASSERT_OK(zrt_partition_add_unit(pm, unit.name.c_str(), &index));
       }
       for (const ParamSpec& param : model.params) {
         int index = 0;
-        ASSERT_ZRT(zrt_partition_add_param(pm, param.unit, param.name.c_str(), param.numel,
-                                           param.flags, &index));
+        ASSERT_OK(zrt_partition_add_param(pm, param.unit, param.name.c_str(), param.numel,
+                                          param.flags, &index));
       }
-      ASSERT_ZRT(zrt_partition_finalize(pm));
+      ASSERT_OK(zrt_partition_finalize(pm));
       zrt_partition_memory_t measured{};
       measured.size = sizeof(measured);
-      ASSERT_ZRT(zrt_partition_memory(pm, &measured));
-      ASSERT_ZRT(zrt_partition_destroy(pm));
+      ASSERT_OK(zrt_partition_memory(pm, &measured));
+      ASSERT_OK(zrt_partition_destroy(pm));
 
       // zrt-mem's side: the same settings through its own path.
       MemRequest request;
@@ -100,18 +100,15 @@ void check_rank(int /*rank*/, int size) {
       EXPECT_GT(f.model_state, 0u);
     }
   }
-  ASSERT_ZRT(zrt_comm_destroy(comm));
+  ASSERT_OK(zrt_comm_destroy(comm));
 }
 
-TEST(ZrtMemAgreement, OneRank) {
-  zrt::testing::expect_ranks_pass(1, check_rank);
+class MemAgreement : public zrt::testing::RankCount {};
+TEST_P(MemAgreement, MeasuredMemoryIsThePlan) {
+  zrt::testing::expect_ranks_pass(GetParam(), check_rank);
 }
-TEST(ZrtMemAgreement, TwoRanks) {
-  zrt::testing::expect_ranks_pass(2, check_rank);
-}
-TEST(ZrtMemAgreement, ThreeRanks) {
-  zrt::testing::expect_ranks_pass(3, check_rank);
-}
+INSTANTIATE_TEST_SUITE_P(ZrtMemAgreement, MemAgreement, ::testing::Values(1, 2, 3),
+                         zrt::testing::rank_count_name);
 
 }  // namespace
 }  // namespace zrt::mem

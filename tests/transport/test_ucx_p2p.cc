@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <thread>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tests/harness/multirank.h"
+#include "tests/harness/wait_until.h"
 #include "tests/transport/transport_test_util.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -186,6 +188,16 @@ TEST(UcxRegistered, SendBetweenRegisteredBuffers) {
 namespace zrt::testing {
 namespace {
 
+// Whether process `pid` has ended: reaped (gone from /proc) or a zombie awaiting its parent.
+bool process_has_exited(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');  // the state follows the parenthesised name
+  return name_end == std::string::npos || line.compare(name_end + 1, 2, " Z") == 0;
+}
+
 // Wiring to a rank that exited after publishing its address fails cleanly (or succeeds and then
 // fails the first receive), never crashes: the teardown of a half-wired transport must not
 // touch endpoints that were never made.
@@ -204,8 +216,13 @@ TEST(UcxWireUp, PeerGoneBeforeWiring) {
     std::vector<uint8_t> mine(longest), all(longest * size);
     std::memcpy(mine.data(), worker->address().data(), length);
     ASSERT_TRUE(bootstrap->allgather(mine.data(), all.data(), longest).is_ok());
+    const int64_t pid = getpid();
+    std::vector<int64_t> pids(size);
+    ASSERT_TRUE(bootstrap->allgather(&pid, pids.data(), sizeof(pid)).is_ok());
     if (rank == size - 1) _exit(0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Wiring starts once the peer is gone, not merely about to go.
+    ASSERT_TRUE(wait_until([&] { return process_has_exited(static_cast<pid_t>(pids[size - 1])); },
+                           std::chrono::seconds(10), "the last rank exiting"));
     std::vector<std::vector<uint8_t>> addresses(size);
     for (int peer = 0; peer < size; ++peer) {
       addresses[peer].assign(all.begin() + longest * peer,

@@ -1,7 +1,7 @@
 // DeviceArena: one device allocation made up front and handed out by a bump pointer, the device
-// twin of the host arenas (DESIGN.md: constant-size buffers, allocated once, so memory neither
-// fragments nor pays allocation costs on the training path). cudaMalloc is synchronous with the
-// whole device; doing it once at finalize time keeps it off the step.
+// twin of the host arenas (docs/ARCHITECTURE.md#memory-arenas: constant-size buffers, allocated
+// once, so memory neither fragments nor pays allocation costs on the training path). cudaMalloc is
+// synchronous with the whole device; doing it once at finalize time keeps it off the step.
 //
 // ncclMemAlloc gives memory NCCL can register for zero-copy (NVLS, user-buffer registration);
 // cudaMalloc is the fallback when that fails (older drivers, no multicast support).

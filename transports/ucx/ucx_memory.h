@@ -1,7 +1,7 @@
-// Registered memory: buffers UCX allocates and maps itself (ucp_mem_map with ALLOCATE), which
-// peers can reach with one-copy or zero-copy protocols (DESIGN.md: a put into such memory runs
-// 18-34 GB/s here, into ordinary memory 0.03-8 GB/s). Every page is touched once at allocation
-// so that first-touch faults (~11 us per page here) never land on the training path.
+// Registered memory: buffers UCX allocates and maps itself (ucp_mem_map with ALLOCATE), which peers
+// can reach with one-copy or zero-copy protocols (docs/ARCHITECTURE.md#measured-costs: a put into
+// such memory runs 18-34 GB/s here, into ordinary memory 0.03-8 GB/s). Every page is touched once
+// at allocation so that first-touch faults (~11 us per page here) never land on the training path.
 //
 // Thread-safe: the transport's owner may allocate from any thread while the progress thread
 // drives the worker (the context is created with mt_workers_shared; the map below has a mutex).
