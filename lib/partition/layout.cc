@@ -28,7 +28,6 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
   if (params.empty()) return Status::invalid_usage("no parameter was registered");
   const StagePolicy policy(options);
   Layout l;
-  l.stage_ = policy.stage();
   l.ranks_ = ranks;
   l.shards_ = policy.shards_optimizer_state() ? ranks : 1;
   const size_t granule = static_cast<size_t>(l.shards_) * options.alignment;

@@ -115,7 +115,6 @@ class Layout {
                       const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& params,
                       Layout* layout);
 
-  int stage() const { return stage_; }
   int ranks() const { return ranks_; }
   int shards() const { return shards_; }  // S: ranks, or 1 for stage 0
   const std::vector<Segment>& segments() const { return segments_; }
@@ -151,7 +150,7 @@ class Layout {
   // Per segment: where it starts in its unit's gradient staging window, when that window holds
   // it whole in segment order (one unit feeds it, it is not persistent, its padding falls after
   // the unit's gradients and the window has room for it); nullopt otherwise. The gradient path
-  // may then reduce straight out of the window (partition_grads.cc).
+  // may then reduce straight out of the window (gradient_pipeline.h).
   std::optional<size_t> segment_window_offset(int segment) const {
     return segment_window_offset_[segment];
   }
@@ -166,7 +165,6 @@ class Layout {
  private:
   void derive_maps();
 
-  int stage_ = 0;
   int ranks_ = 1;
   int shards_ = 1;
   std::vector<Segment> segments_;

@@ -4,7 +4,6 @@
 #include "lib/partition/partition_manager.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "collectives/collectives.h"
 #include "lib/comm/communicator.h"
