@@ -2,14 +2,13 @@
 // manager, the layout and the memory model ask it instead of comparing stage numbers, so the
 // difference between stages reads in one place:
 //
-//   stage | parameters between steps          | reduced gradients         | optimizer state
-//   ------+-----------------------------------+---------------------------+----------------
-//     0   | full, replicated (all-reduce AVG)  | full buffer               | replicated
-//     1   | full; owned slices gathered after  | owned slices of the full  | sharded
-//         | the step                           | buffer (reduce-scatter SUM)|
-//     2   | full; owned slices gathered after  | gradient shard            | sharded
-//         | the step                           | (reduce-scatter AVG)      |
-//     3   | shard; each unit gathered on fetch | gradient shard            | sharded
+//   stage | parameters between steps         | reduced gradients               | master, state
+//   ------+----------------------------------+---------------------------------+--------------
+//     0   | full, replicated                 | full buffer (all-reduce AVG)    | replicated
+//     1   | full; the owned slices gathered  | owned slices of the full buffer | sharded
+//         | per segment after the step       | (reduce-scatter SUM)            |
+//     2   | as stage 1                       | shard (reduce-scatter AVG)      | sharded
+//     3   | shard; a unit gathered on fetch  | shard (reduce-scatter AVG)      | sharded
 #pragma once
 
 #include "lib/partition/config.h"
@@ -32,7 +31,8 @@ enum class GradHome {
 
 class StagePolicy {
  public:
-  // `options` are validated (validate_partition_options): the stage is 0 to 3.
+  // A stage outside 0-3 is refused by validate_partition_options (Layout::build) before any
+  // answer is used.
   explicit StagePolicy(const PartitionOptions& options);
 
   int stage() const { return stage_; }  // for messages only; ask the questions below instead
