@@ -47,7 +47,7 @@ struct PartitionOptions {
   // (no-sync accumulation, FSDP's no_sync). Off by default: it costs a full gradient copy.
   bool no_sync_accumulation = false;
   // One copy of master + optimizer state, taken before the optimizer callback, so a step that
-  // fails on any rank is rolled back everywhere (all-or-nothing, partition_step.cc). On by
+  // fails on any rank is rolled back everywhere (all-or-nothing, step_transaction.h). On by
   // default: it costs (1 + slots) x 4 bytes per shard element, less than the state it protects.
   bool step_backup = true;
   // Stage 3: the step ends by gathering the next forward's first units, so the next step's

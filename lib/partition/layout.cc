@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lib/core/dtype.h"
+#include "lib/partition/stage_policy.h"
 
 namespace zrt {
 namespace {
@@ -25,10 +26,10 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
   ZRT_RETURN_IF_ERROR(validate_partition_options(options));
   if (ranks < 1) return Status::invalid_argument("ranks is {}; expected >= 1", ranks);
   if (params.empty()) return Status::invalid_usage("no parameter was registered");
+  const StagePolicy policy(options);
   Layout l;
-  l.stage_ = options.stage;
   l.ranks_ = ranks;
-  l.shards_ = options.stage == 0 ? 1 : ranks;
+  l.shards_ = policy.shards_optimizer_state() ? ranks : 1;
   const size_t granule = static_cast<size_t>(l.shards_) * options.alignment;
   l.units_.resize(units.size());
   l.params_.resize(params.size());
@@ -61,8 +62,9 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
     loc.staging_offset = unit.trainable_numel;
     unit.trainable_numel += spec.numel;
     l.trainable_numel_ += spec.numel;
-    const bool persistent = options.stage == 3 && ((spec.flags & ZRT_PARAM_UNSHARDED) ||
-                                                   spec.numel < options.persistence_threshold);
+    const bool persistent =
+        policy.has_persistent_segment() &&
+        ((spec.flags & ZRT_PARAM_UNSHARDED) || spec.numel < options.persistence_threshold);
     if (persistent) {
       loc.place = ParamPlace::kPersistent;
       unit.has_persistent = true;
@@ -83,7 +85,7 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
     l.max_segment_numel_ = std::max(l.max_segment_numel_, segment.numel);
   };
 
-  if (options.stage <= 2) {
+  if (!policy.segment_per_unit()) {
     // Bucket capacity in elements of the reduce dtype, a whole number of granules so that
     // full segments need no padding and parameters can straddle them without holes.
     const size_t bucket_elems = options.bucket_bytes / dtype_size(options.reduce_dtype);
@@ -160,6 +162,7 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
     }
   }
   hash_mix(&l.hash_, l.padded_numel_);
+  l.derive_maps();
   *layout = std::move(l);
   return Status::ok();
 }
@@ -178,6 +181,63 @@ std::vector<ShardPiece> Layout::shard_pieces(int rank) const {
     }
   }
   return out;
+}
+
+ShardMap Layout::shard_map(int rank) const {
+  ShardMap map;
+  map.param_pieces.assign(params_.size(), {});
+  for (const ShardPiece& piece : shard_pieces(rank)) {
+    map.param_pieces[piece.param].push_back(static_cast<int>(map.pieces.size()));
+    map.pieces.push_back({piece.param, piece.param_offset, piece.shard_offset, piece.count});
+  }
+  return map;
+}
+
+void Layout::derive_maps() {
+  const size_t units = units_.size();
+  unit_segments_.assign(units, {});
+  unit_pieces_.assign(units, {});
+  segment_units_.assign(segments_.size(), 0);
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    for (const SegmentPiece& piece : segments_[s].pieces) {
+      const int u = params_[piece.param].unit;
+      std::vector<int>& fed = unit_segments_[u];
+      if (std::find(fed.begin(), fed.end(), static_cast<int>(s)) == fed.end()) {
+        fed.push_back(static_cast<int>(s));
+        ++segment_units_[s];
+      }
+      unit_pieces_[u].push_back({piece, static_cast<int>(s)});
+    }
+  }
+  trainable_units_ = 0;
+  for (const UnitLayout& unit : units_) trainable_units_ += unit.trainable_numel > 0;
+  segment_window_offset_.assign(segments_.size(), std::nullopt);
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& seg = segments_[s];
+    if (seg.persistent || segment_units_[s] != 1) continue;
+    // Contiguous: every piece sits at the same distance from its place in the segment.
+    std::optional<size_t> start;
+    bool contiguous = true;
+    for (const SegmentPiece& piece : seg.pieces) {
+      const size_t at = params_[piece.param].staging_offset + piece.param_offset;
+      if (at < piece.segment_offset) {
+        contiguous = false;
+        break;
+      }
+      const size_t begin = at - piece.segment_offset;
+      if (!start) start = begin;
+      contiguous = contiguous && begin == *start;
+    }
+    if (!contiguous || !start) continue;
+    // Padding after the pieces is zeroed in the window: only where the unit's gradients end
+    // (a persistent parameter's may follow them), and only if the window has room.
+    const int unit = params_[seg.pieces.front().param].unit;
+    const bool padding_free =
+        seg.numel == seg.used || *start + seg.used == units_[unit].trainable_numel;
+    if (padding_free && *start + seg.numel <= max_unit_trainable_numel_) {
+      segment_window_offset_[s] = start;
+    }
+  }
 }
 
 Status Layout::locate(int param, size_t element, int* segment, int* rank,

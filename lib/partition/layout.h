@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,18 @@ struct ShardPiece {
   size_t count = 0;
 };
 
+// A piece of a unit's gradients and the segment it feeds.
+struct UnitPiece {
+  SegmentPiece piece;
+  int segment = 0;
+};
+
+// One rank's shard as the C API shows it, and per parameter the indexes of its pieces there.
+struct ShardMap {
+  std::vector<zrt_shard_piece_t> pieces;       // in shard order
+  std::vector<std::vector<int>> param_pieces;  // per param: indexes into pieces
+};
+
 class Layout {
  public:
   // Lays out `params` (grouped by `units`) for `ranks` ranks. Errors name the parameter/unit.
@@ -102,7 +115,6 @@ class Layout {
                       const std::vector<UnitSpec>& units, const std::vector<ParamSpec>& params,
                       Layout* layout);
 
-  int stage() const { return stage_; }
   int ranks() const { return ranks_; }
   int shards() const { return shards_; }  // S: ranks, or 1 for stage 0
   const std::vector<Segment>& segments() const { return segments_; }
@@ -123,6 +135,25 @@ class Layout {
 
   // The pieces of rank r's shard, in shard order.
   std::vector<ShardPiece> shard_pieces(int rank) const;
+  // The same pieces, with each parameter's indexes among them (load_param writes them).
+  ShardMap shard_map(int rank) const;
+
+  // Maps derived from the segments once, at build, for the gradient path.
+  // Per unit: the segments it feeds, in segment order without repeats.
+  const std::vector<int>& unit_segments(int unit) const { return unit_segments_[unit]; }
+  // Per unit: its pieces in every segment it feeds, in segment order.
+  const std::vector<UnitPiece>& unit_pieces(int unit) const { return unit_pieces_[unit]; }
+  // Per segment: how many units feed it (its reduction waits for that many grad_ready calls).
+  int segment_units(int segment) const { return segment_units_[segment]; }
+  const std::vector<int>& segment_units() const { return segment_units_; }
+  int trainable_units() const { return trainable_units_; }  // units with a trainable parameter
+  // Per segment: where it starts in its unit's gradient staging window, when that window holds
+  // it whole in segment order (one unit feeds it, it is not persistent, its padding falls after
+  // the unit's gradients and the window has room for it); nullopt otherwise. The gradient path
+  // may then reduce straight out of the window (gradient_pipeline.h).
+  std::optional<size_t> segment_window_offset(int segment) const {
+    return segment_window_offset_[segment];
+  }
 
   // Where element `element` of `param` lives: its segment, the rank owning it and its offset in
   // that rank's shard. Errors for frozen parameters or out-of-range elements.
@@ -132,7 +163,8 @@ class Layout {
   uint64_t hash() const { return hash_; }
 
  private:
-  int stage_ = 0;
+  void derive_maps();
+
   int ranks_ = 1;
   int shards_ = 1;
   std::vector<Segment> segments_;
@@ -148,6 +180,11 @@ class Layout {
   size_t max_unit_trainable_numel_ = 0;
   size_t bucket_numel_ = 0;
   uint64_t hash_ = 0;
+  std::vector<std::vector<int>> unit_segments_;
+  std::vector<std::vector<UnitPiece>> unit_pieces_;
+  std::vector<int> segment_units_;
+  int trainable_units_ = 0;
+  std::vector<std::optional<size_t>> segment_window_offset_;
 };
 
 }  // namespace zrt

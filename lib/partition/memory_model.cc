@@ -4,11 +4,12 @@
 #include <cstddef>
 
 #include "lib/core/dtype.h"
+#include "lib/partition/stage_policy.h"
 
 namespace zrt {
 
 int window_slots(const PartitionOptions& options, const Layout& layout) {
-  if (options.stage != 3 || layout.max_unit_segment_numel() == 0) return 0;
+  if (!StagePolicy(options).gathers_on_fetch() || layout.max_unit_segment_numel() == 0) return 0;
   int slots = options.prefetch_depth + 1;
   if (options.max_live_bytes > 0) {
     const size_t slot_bytes = layout.max_unit_segment_numel() * dtype_size(options.param_dtype);
@@ -19,15 +20,15 @@ int window_slots(const PartitionOptions& options, const Layout& layout) {
 
 BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   BufferPlan plan;
-  const int stage = options.stage;
+  const StagePolicy policy(options);
   const bool f32_reduce = options.reduce_dtype == ZRT_F32;
   plan.frozen = layout.frozen_numel();
   plan.master = layout.shard_numel();
   plan.optimizer_slots = options.optimizer_slots;
   plan.grad_window = layout.max_unit_trainable_numel();
-  const bool full_grads = stage <= 1 || options.no_sync_accumulation;
+  const bool full_grads = policy.keeps_full_grads();
   if (full_grads) plan.full_grads = layout.padded_numel();
-  if (stage <= 2) {
+  if (!policy.shards_params()) {
     plan.full_params = layout.padded_numel();
   } else {
     plan.param_shard = layout.shard_numel();
@@ -37,20 +38,21 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
     plan.window_slots = window_slots(options, layout);
     plan.window_slot_numel = layout.max_unit_segment_numel();
   }
-  if (stage >= 2) plan.grad_shard = layout.shard_numel();
+  if (policy.shards_grads()) plan.grad_shard = layout.shard_numel();
   if (!full_grads) {
     plan.bucket_count = kBucketCount;
-    plan.bucket_numel = stage == 2 ? std::min(layout.bucket_numel(), layout.padded_numel())
-                                   : layout.max_unit_segment_numel();
+    plan.bucket_numel = !policy.segment_per_unit()
+                            ? std::min(layout.bucket_numel(), layout.padded_numel())
+                            : layout.max_unit_segment_numel();
     if (plan.bucket_numel == 0) plan.bucket_count = 0;
-    if (stage == 3 && layout.persistent_segment() >= 0) {
+    if (policy.has_persistent_segment() && layout.persistent_segment() >= 0) {
       plan.persistent_bucket = layout.segments()[layout.persistent_segment()].numel;
     }
   }
   // The optimizer sees one contiguous f32 gradient shard: stage 0 hands it the full gradient
   // and stages 2/3 the gradient shard when they are f32; stage 1's owned slices are spread over
   // the full gradient buffer, so they are always gathered into a copy.
-  if (stage == 1 || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
+  if (policy.optimizer_grad_is_copy() || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
   if (options.step_backup) plan.backup = layout.shard_numel();
   // Host buckets take each unit's gradients out of the window on the progress thread, after
   // grad_ready returns: a second window lets the framework write the next unit meanwhile.
@@ -63,25 +65,19 @@ double zero_model_state_bytes(const PartitionOptions& options, int ranks, double
   const double p = static_cast<double>(dtype_size(options.param_dtype));
   const double g = static_cast<double>(dtype_size(options.reduce_dtype));
   const double m = 4.0 * (1.0 + options.optimizer_slots);  // master + state, f32
-  const double n = options.stage == 0 ? 1.0 : static_cast<double>(ranks);
-  double bytes = 0;
-  switch (options.stage) {
-    case 0:
-      bytes = elements * (p + g + m);
-      break;
-    case 1:
-      bytes = elements * (p + g) + elements * m / n;
-      break;
-    case 2:
-      bytes = elements * p + elements * (g + m) / n;
-      break;
-    default:
-      bytes = elements * (p + g + m) / n;
-      break;
-  }
+  const StagePolicy policy(options);
+  const double n = policy.shards_optimizer_state() ? static_cast<double>(ranks) : 1.0;
+  // Parameters, gradients and master + state cost their bytes per element on every rank, or
+  // divided by N where the stage shards them.
+  double replicated = 0;
+  double sharded = 0;
+  (policy.shards_params() ? sharded : replicated) += p;
+  (policy.shards_grads() ? sharded : replicated) += g;
+  (policy.shards_optimizer_state() ? sharded : replicated) += m;
+  double bytes = elements * replicated + elements * sharded / n;
   bytes += static_cast<double>(layout.frozen_numel()) * p;
-  if (options.stage == 3) bytes += static_cast<double>(layout.persistent_numel()) * p;
-  if (options.stage >= 2 && options.no_sync_accumulation) bytes += elements * g;
+  if (policy.has_persistent_segment()) bytes += static_cast<double>(layout.persistent_numel()) * p;
+  if (policy.shards_grads() && options.no_sync_accumulation) bytes += elements * g;
   return bytes;
 }
 

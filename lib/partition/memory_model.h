@@ -21,7 +21,7 @@
 // optimizer when the reduced gradients are not already f32 and contiguous).
 //
 // Step backup (step_backup, default on): one f32 copy of master + optimizer state, the shard's
-// (1 + k) x 4 bytes per element, so a failed step can be rolled back (partition_step.cc). It is
+// (1 + k) x 4 bytes per element, so a failed step can be rolled back (step_transaction.h). It is
 // not model state (the ZeRO formula does not count it) but is part of the total.
 #pragma once
 

@@ -1,0 +1,249 @@
+#include "lib/partition/gather_window.h"
+
+#include <algorithm>
+
+#include "collectives/collectives.h"
+#include "lib/core/log.h"
+#include "lib/engine/engine.h"
+
+namespace zrt {
+
+namespace {
+
+std::vector<uint64_t> unit_gather_bytes(const PartitionContext& ctx) {
+  std::vector<uint64_t> bytes;
+  for (const UnitLayout& unit : ctx.layout.units()) {
+    bytes.push_back(unit.segment < 0 ? 0 : ctx.layout.segments()[unit.segment].numel * ctx.p_size);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+GatherWindow::GatherWindow(const PartitionContext& ctx)
+    : ctx_(ctx),
+      fetched_(ctx.layout.units().size(), 0),
+      slots_(static_cast<int>(ctx.streams.slot_events.size()), unit_gather_bytes(ctx)),
+      order_(static_cast<int>(ctx.layout.units().size())),
+      shard_stale_(ctx.layout.segments().size(), 0) {}
+
+int GatherWindow::first_fetched() const {
+  for (size_t u = 0; u < fetched_.size(); ++u) {
+    if (fetched_[u]) return static_cast<int>(u);
+  }
+  return -1;
+}
+
+char* GatherWindow::unit_view(int unit) const {
+  const int slot = slots_.slot_of(unit);
+  if (!fetched_[unit] || slot < 0) return nullptr;
+  return ctx_.buffers.window + static_cast<size_t>(slot) * ctx_.buffers.slot_bytes;
+}
+
+void GatherWindow::update_peaks() {
+  stats_.max_gathered_units = std::max(stats_.max_gathered_units, slots_.occupied());
+  stats_.max_gathered_bytes = std::max(stats_.max_gathered_bytes, slots_.live_bytes());
+}
+
+Status GatherWindow::convert_shard_segment(int segment) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  shard_stale_[segment] = 0;
+  ElementOps* ops = ctx_.ops;
+  const float* master = ctx_.buffers.master + seg.shard_offset;
+  char* shard = ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
+  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const size_t p_size = ctx_.p_size;
+  return ctx_.run_piecewise(
+      *ctx_.streams.ag, seg.slice,
+      [ops, master, shard, pdt, p_size](size_t begin, size_t count) {
+        ops->convert(ZRT_F32, master + begin, pdt, shard + begin * p_size, count);
+      },
+      "partition: convert master to the parameter shard");
+}
+
+Status GatherWindow::flush_conversions() {
+  bool any = false;
+  for (size_t s = 0; s < shard_stale_.size(); ++s) {
+    if (!shard_stale_[s]) continue;
+    ZRT_RETURN_IF_ERROR(convert_shard_segment(static_cast<int>(s)));
+    any = true;
+  }
+  return any ? ctx_.streams.ag->synchronize() : Status::ok();
+}
+
+void GatherWindow::forget() {
+  slots_.forget(fetched_);
+}
+
+void GatherWindow::evict(int slot) {
+  slots_.drop(slot);
+  ++stats_.evictions;
+}
+
+Status GatherWindow::gather_into_slot(int unit, int slot, bool prefetch, bool again) {
+  const int segment_index = ctx_.layout.units()[unit].segment;
+  const Segment& segment = ctx_.layout.segments()[segment_index];
+  if (shard_stale_[segment_index]) {
+    ZRT_RETURN_IF_ERROR(
+        convert_shard_segment(segment_index).with_context(fmt::format("gathering unit {}", unit)));
+  }
+  Stream& ag = *ctx_.streams.ag;
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_shard, segment.shard_offset);
+  args.recvbuf = ctx_.buffers.window + static_cast<size_t>(slot) * ctx_.buffers.slot_bytes;
+  args.count = segment.slice;
+  args.dtype = ctx_.options.param_dtype;
+  args.purpose = Purpose::kUnit;
+  args.purpose_id = unit;
+  ZRT_RETURN_IF_ERROR(enqueue_collective(ag, ctx_.rank, ctx_.size, args)
+                          .with_context(fmt::format("gathering unit {}", unit)));
+  ZRT_RETURN_IF_ERROR(ctx_.streams.slot_events[slot]->record(ag));
+  slots_.occupy(unit, slot, prefetch, again);
+  if (prefetch) {
+    ++stats_.prefetches;
+  } else {
+    ++stats_.gathers;
+  }
+  update_peaks();
+  return Status::ok();
+}
+
+void GatherWindow::prefetch_after(int unit) {
+  const int depth = ctx_.options.prefetch_depth;
+  if (depth == 0) return;
+  int looked = 0;
+  FetchOrder::Lookahead ahead = order_.ahead(unit);
+  int candidate = -1;
+  while (looked < depth && ahead.next(&candidate)) {
+    if (ctx_.layout.units()[candidate].segment < 0) continue;
+    // The unit being fetched comes again: a second copy, unless one is in the window.
+    const bool again = candidate == unit;
+    if (again && !order_.recorded()) continue;
+    ++looked;
+    const int held = again ? slots_.second_slot(candidate) : slots_.slot_of(candidate);
+    if (held >= 0) continue;  // gathered or in flight
+    const int slot = slots_.find_free();
+    if (slot < 0) break;
+    if (!slots_.prefetch_fits(slots_.unit_bytes(candidate), ctx_.options.prefetch_bytes,
+                              ctx_.options.max_live_bytes)) {
+      break;
+    }
+    // A failed prefetch also fails the stream, so the demand fetch that needs it reports the
+    // error; here it only stops looking ahead.
+    if (!gather_into_slot(candidate, slot, /*prefetch=*/true, again).is_ok()) break;
+  }
+}
+
+Status GatherWindow::fetch_into_window(int unit) {
+  int slot = slots_.slot_of(unit);
+  if (slot >= 0) {
+    ++stats_.prefetch_hits;
+    slots_.claim(slot);
+  } else {
+    // A unit gathered ahead that nobody asked for yet (the order changed) gives way to a
+    // demanded one: its slot is dropped.
+    slot = slots_.find_free();
+    if (slot < 0) {
+      slot = slots_.evictable();
+      if (slot < 0) {
+        return Status::invalid_usage(
+            "cannot fetch unit {}: the gather window's {} slot(s) hold fetched units; release "
+            "one first or raise prefetch_depth",
+            unit, slots_.size());
+      }
+      evict(slot);
+    }
+    const uint64_t cap = ctx_.options.max_live_bytes;
+    if (cap > 0) {
+      const uint64_t bytes = slots_.unit_bytes(unit);
+      for (int victim = slots_.evictable(); victim >= 0 && slots_.live_bytes() + bytes > cap;
+           victim = slots_.evictable()) {
+        evict(victim);
+      }
+      const uint64_t live = slots_.live_bytes() + bytes;
+      if (live > cap && live > bytes) {
+        return Status::invalid_usage(
+            "cannot fetch unit {}: {} gathered bytes would exceed max_live_bytes ({}); "
+            "release a unit first",
+            unit, live, cap);
+      }
+    }
+    ZRT_RETURN_IF_ERROR(gather_into_slot(unit, slot, /*prefetch=*/false));
+  }
+  prefetch_after(unit);
+  return ctx_.streams.slot_events[slot]->synchronize().with_context(
+      fmt::format("fetching unit {}", unit));
+}
+
+Status GatherWindow::fetch(int unit) {
+  ++stats_.fetches;
+  int expected = -1;
+  if (!order_.note(unit, &expected)) {
+    ZRT_LOG_WARN(
+        "partition: fetch of unit {} departs from the order recorded in the first step "
+        "(expected {}); prefetching falls back to the declared order",
+        unit, expected);
+    stats_.order_invalidated = true;
+  }
+  const UnitLayout& layout = ctx_.layout.units()[unit];
+  const std::vector<Event*>& segment_events = ctx_.streams.segment_events;
+  if (ctx_.policy.gathers_on_fetch()) {
+    if (layout.segment >= 0) ZRT_RETURN_IF_ERROR(fetch_into_window(unit));
+    if (layout.has_persistent) ZRT_RETURN_IF_ERROR(ctx_.streams.persistent_event->synchronize());
+  } else if (!segment_events.empty() && layout.first_segment >= 0) {
+    for (int s = layout.first_segment; s <= layout.last_segment; ++s) {
+      ZRT_RETURN_IF_ERROR(segment_events[s]->synchronize().with_context(
+          fmt::format("waiting for unit {}'s parameters", unit)));
+    }
+  }
+  fetched_[unit] = 1;
+  return Status::ok();
+}
+
+void GatherWindow::release(int unit) {
+  fetched_[unit] = 0;
+  slots_.release(unit);
+}
+
+Status GatherWindow::publish() {
+  // Every unit's slice of the parameter shard is converted just ahead of its next gather;
+  // units still in the window hold the old parameters.
+  forget();
+  const auto& segments = ctx_.layout.segments();
+  const int p = ctx_.layout.persistent_segment();
+  for (size_t s = 0; s < segments.size(); ++s) shard_stale_[s] = static_cast<int>(s) != p;
+  if (p < 0) return Status::ok();
+  const Segment& seg = segments[p];
+  ZRT_RETURN_IF_ERROR(convert_shard_segment(p));
+  Stream& ag = *ctx_.streams.ag;
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
+  args.recvbuf = ctx_.buffers.full_params;
+  args.count = seg.slice;
+  args.dtype = ctx_.options.param_dtype;
+  args.purpose = Purpose::kUnit;
+  args.purpose_id = -1;
+  ZRT_RETURN_IF_ERROR(enqueue_collective(ag, ctx_.rank, ctx_.size, args)
+                          .with_context("gathering the persistent parameters"));
+  return ctx_.streams.persistent_event->record(ag);
+}
+
+void GatherWindow::rederive() {
+  ctx_.ops->convert(ZRT_F32, ctx_.buffers.master, ctx_.options.param_dtype,
+                    ctx_.buffers.param_shard, ctx_.layout.shard_numel());
+  std::fill(shard_stale_.begin(), shard_stale_.end(), 0);
+}
+
+void GatherWindow::end_step() {
+  if (order_.end_step()) stats_.order_recorded = order_.recorded();
+  if (ctx_.policy.gathers_on_fetch() && ctx_.options.prefetch_next_step) prefetch_after(-1);
+}
+
+void GatherWindow::rewind() {
+  forget();
+  order_.rewind();
+}
+
+}  // namespace zrt

@@ -1,0 +1,110 @@
+// GatherWindow: fetch and release of units, and in stage 3 the window their parameters are
+// all-gathered into, with its prefetcher.
+//
+// The window is depth + 1 slots, each the size of the largest unit segment. fetch(u) all-gathers
+// u's segment into a free slot on the all-gather stream (unless a prefetch already put it there
+// or has it in flight), then looks ahead: the next `depth` units of the expected order
+// (fetch_order.h) that are not gathered are gathered too, while a slot is free and the byte
+// budgets allow (prefetched bytes in flight <= prefetch_bytes, gathered bytes <=
+// max_live_bytes). Only then does it wait for u's own gather, so prefetches queue right behind
+// it and run while the framework computes. release(u) frees u's slot at once: the next gather
+// into it is ordered after the framework's use by the host (the framework released it) and
+// after the slot's previous gather by the stream (gathers run in order), so no wait is needed.
+//
+// A unit the expected order fetches again right after this fetch (the last unit of forward is
+// the first of backward) is gathered again ahead like any other: its second copy goes into
+// another slot (window_slots.h), ahead of the prefetches behind it, and release(u) makes it u's
+// copy. Keeping the first copy instead would save that gather, but the traffic per step would
+// then no longer be the documented 3P(N-1)/N.
+//
+// After a step the parameter shard is stale: publishing only marks it, and the first gather of
+// each unit converts that unit's master slice into the shard on the all-gather stream just
+// ahead of the gather (convert_shard_segment), so the conversion runs on the progress thread
+// while the framework computes earlier units rather than at the end of the step.
+//
+// With prefetch_next_step, the step itself ends by prefetching the next forward's first units;
+// a framework that trains on keeps the gather of the step's first unit off its critical path,
+// at the price of one unused gather after its last step.
+//
+// A fetch that departs from the recorded order logs a warning: a wrong guess costs a wasted
+// gather (evicted unused when its slot is needed), never a hang or wrong data, because a
+// demanded unit is always gathered on demand when it is not in the window.
+//
+// Stages 1/2 have no window: fetch waits for the post-step gathers of the unit's segments.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/fetch_order.h"
+#include "lib/partition/partition_context.h"
+#include "lib/partition/window_slots.h"
+
+namespace zrt {
+
+// Counters of the stage 3 gather window (zrt_partition_stats).
+struct WindowStats {
+  uint64_t fetches = 0;
+  uint64_t gathers = 0;        // all-gathers issued on demand
+  uint64_t prefetches = 0;     // all-gathers issued ahead
+  uint64_t prefetch_hits = 0;  // fetches that found their unit gathered or in flight
+  uint64_t evictions = 0;      // prefetched units dropped unused (order changed)
+  int max_gathered_units = 0;
+  uint64_t max_gathered_bytes = 0;
+  bool order_recorded = false;
+  bool order_invalidated = false;
+};
+
+class GatherWindow {
+ public:
+  explicit GatherWindow(const PartitionContext& ctx);
+
+  bool is_fetched(int unit) const { return fetched_[unit] != 0; }
+  int first_fetched() const;  // the lowest fetched unit, or -1
+
+  // Makes `unit`'s parameters available (the caller checked it is not fetched).
+  Status fetch(int unit);
+  void release(int unit);
+  // Stage 3: where a fetched unit's segment sits in the window; null when it has no slot.
+  char* unit_view(int unit) const;
+
+  // Drops every copy not fetched: its parameters are about to change.
+  void forget();
+  // Stage 3, after the optimizer: every segment of the parameter shard is stale (converted
+  // just ahead of its next gather) and the persistent segment is gathered again now.
+  Status publish();
+  // Stage 3, after the backup was restored: the whole parameter shard from master.
+  void rederive();
+  // Converts every stale segment at once and waits (checkpoints read the parameter shard).
+  Status flush_conversions();
+  // The step ended: the first ends the recording of the fetch order; the order starts over.
+  // With prefetch_next_step, the next forward's first units are gathered now (behind their
+  // conversions), from the order's start, as a fetch would look ahead.
+  void end_step();
+  // A checkpoint replaced the parameters: forget the window and start the order over.
+  void rewind();
+
+  const WindowStats& stats() const { return stats_; }
+
+ private:
+  Status fetch_into_window(int unit);
+  // again: a second copy of a fetched unit, which release makes its copy.
+  Status gather_into_slot(int unit, int slot, bool prefetch, bool again = false);
+  // Gathers ahead of a fetch of `unit` (-1: before the step's first fetch), in the expected
+  // order, within the depth and the byte caps.
+  void prefetch_after(int unit);
+  void evict(int slot);
+  void update_peaks();
+  Status convert_shard_segment(int segment);
+
+  const PartitionContext& ctx_;
+  std::vector<uint8_t> fetched_;  // per unit
+  WindowSlots slots_;
+  FetchOrder order_;
+  // Stage 3, per segment: the parameter shard still holds the parameters before the last step.
+  std::vector<uint8_t> shard_stale_;
+  WindowStats stats_;
+};
+
+}  // namespace zrt

@@ -1,0 +1,424 @@
+#include "lib/partition/gradient_pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "collectives/collectives.h"
+#include "lib/comm/communicator.h"
+#include "lib/core/dtype.h"
+#include "lib/engine/engine.h"
+
+namespace zrt {
+
+namespace {
+// Pieces of gradient at least this large are copied into buckets on the progress thread;
+// smaller ones right away (a task per small piece would cost more than the copy).
+constexpr size_t kDeferredCopyBytes = size_t{64} << 10;
+}  // namespace
+
+GradientPipeline::GradientPipeline(const PartitionContext& ctx)
+    : ctx_(ctx),
+      window_reads_(ctx.streams.copy != nullptr &&
+                    ctx.options.param_dtype == ctx.options.reduce_dtype),
+      signalled_(ctx.layout.units().size(), 0),
+      pending_(ctx.layout.segment_units()),
+      buckets_(static_cast<int>(ctx.buffers.buckets.size()),
+               static_cast<int>(ctx.layout.segments().size())),
+      grad_fresh_(ctx.layout.segments().size(), 1),
+      window_busy_(ctx.buffers.grad_windows.size(), 0) {}
+
+Status GradientPipeline::grad_data(int param, void** grad) {
+  ZRT_RETURN_IF_ERROR(open_grad_window());
+  const ParamLocation& loc = ctx_.layout.params()[param];
+  open_unit_ = loc.unit;
+  *grad = ctx_.param_ptr(ctx_.buffers.grad_windows[open_window_], loc.staging_offset);
+  return Status::ok();
+}
+
+Status GradientPipeline::open_grad_window() {
+  if (open_window_ >= 0) return Status::ok();  // another parameter of the open unit
+  const int w = next_window_;
+  if (window_busy_[w]) {
+    // An earlier unit's gradients may still be on their way from this window into buckets.
+    ZRT_RETURN_IF_ERROR(ctx_.streams.window_read[w]->synchronize().with_context(
+        "waiting for an earlier unit's gradients to leave the gradient window"));
+    window_busy_[w] = 0;
+  }
+  open_window_ = w;
+  return Status::ok();
+}
+
+char* GradientPipeline::bucket_data(const Bucket& bucket) const {
+  return bucket.persistent ? ctx_.buffers.persistent_bucket : ctx_.buffers.buckets[bucket.index];
+}
+
+Status GradientPipeline::acquire_bucket(int segment, Bucket* bucket) {
+  if (const std::optional<Bucket> bound = buckets_.bound(segment)) {
+    *bucket = *bound;
+    return Status::ok();
+  }
+  const Segment& seg = ctx_.layout.segments()[segment];
+  if (seg.persistent) {
+    *bucket = Bucket{/*persistent=*/true, 0};  // the dedicated persistent bucket
+    buckets_.bind(segment, *bucket);
+    ctx_.ops->zero(ctx_.buffers.persistent_bucket, seg.numel * ctx_.g_size);
+    return Status::ok();
+  }
+  // Round robin: the oldest bucket is the one whose reduction was started first.
+  if (const std::optional<int> b = buckets_.take_free()) {
+    ZRT_RETURN_IF_ERROR(ctx_.streams.bucket_events[*b]->synchronize().with_context(
+        fmt::format("waiting for bucket {}'s reduction", *b)));
+    *bucket = Bucket{/*persistent=*/false, *b};
+    buckets_.bind(segment, *bucket);
+    ctx_.ops->zero(ctx_.grad_ptr(ctx_.buffers.buckets[*b], seg.used),
+                   (seg.numel - seg.used) * ctx_.g_size);
+    return Status::ok();
+  }
+  return Status::invalid_usage(
+      "gradients arrived for segment {} while {} other buckets are still partly filled: units "
+      "must signal their gradients in backward order (reverse of registration)",
+      segment, buckets_.size());
+}
+
+Status GradientPipeline::reduce_segment(int segment, void* data) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  const int owner = ctx_.owner();
+  const GradHome home = ctx_.policy.grad_home();
+  const PartitionBuffers& buf = ctx_.buffers;
+  Stream& rs = *ctx_.streams.rs;
+  char* base = static_cast<char*>(data);
+  CollectiveArgs args;
+  args.dtype = ctx_.options.reduce_dtype;
+  args.purpose = Purpose::kBucket;
+  args.purpose_id = segment;
+  if (home == GradHome::kFull) {
+    args.kind = ZRT_COLL_ALL_REDUCE;
+    args.sendbuf = base;
+    args.recvbuf = base;
+    args.count = seg.numel;
+    args.op = ZRT_AVG;
+  } else {
+    args.kind = ZRT_COLL_REDUCE_SCATTER;
+    args.sendbuf = base;
+    args.recvbuf = ctx_.grad_ptr(base, static_cast<size_t>(owner) * seg.slice);
+    args.count = seg.slice;
+    args.op = home == GradHome::kOwnedSlices ? ZRT_SUM : ZRT_AVG;
+  }
+  // Gradient shard, first reduction of the segment since the step: the reduced slice goes
+  // straight into the gradient shard, which it overwrites (no copy out of the bucket).
+  const bool fresh = home == GradHome::kShard && grad_fresh_[segment] != 0;
+  const bool direct = fresh && ctx_.size > 1;
+  if (direct) {
+    args.recvbuf = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+    args.output_read_late = true;  // read by the optimizer, after backward
+  }
+  if (ctx_.size > 1) {
+    ZRT_RETURN_IF_ERROR(enqueue_collective(rs, ctx_.rank, ctx_.size, args)
+                            .with_context(fmt::format("reducing bucket {}", segment)));
+  }
+  reductions_in_flight_ = true;
+  ElementOps* ops = ctx_.ops;
+  const size_t g = ctx_.g_size;
+  const zrt_dtype_t dtype = ctx_.options.reduce_dtype;
+  const size_t slice_bytes = seg.slice * g;
+  char* owned = base + static_cast<size_t>(owner) * slice_bytes;
+  if (home == GradHome::kOwnedSlices) {
+    ZRT_RETURN_IF_ERROR(ops->run_on(
+        rs,
+        [ops, base, owned, slice_bytes, total = seg.numel * g]() {
+          ops->zero(base, static_cast<size_t>(owned - base));
+          ops->zero(owned + slice_bytes, total - static_cast<size_t>(owned - base) - slice_bytes);
+          return Status::ok();
+        },
+        "partition: clear unowned gradient slices"));
+  } else if (home == GradHome::kShard) {
+    char* shard = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+    const bool full = buf.full_grads != nullptr;
+    if (!direct || full) {
+      ZRT_RETURN_IF_ERROR(ops->run_on(
+          rs,
+          [ops, dtype, owned, shard, count = seg.slice, full, fresh, direct, base,
+           total = seg.numel * g]() {
+            if (direct) {
+              // Already in the shard.
+            } else if (fresh) {
+              ops->copy(shard, owned, count * dtype_size(dtype));
+            } else {
+              ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
+            }
+            if (full) ops->zero(base, total);
+            return Status::ok();
+          },
+          "partition: accumulate reduced gradient slice"));
+    }
+    grad_fresh_[segment] = 0;
+  }
+  const std::optional<Bucket> bucket = buckets_.bound(segment);
+  if (bucket && !bucket->persistent) {
+    ZRT_RETURN_IF_ERROR(ctx_.streams.bucket_events[bucket->index]->record(rs));
+  }
+  buckets_.unbind(segment);
+  return Status::ok();
+}
+
+Status GradientPipeline::begin_microbatch() {
+  if (microbatch_started_) return Status::ok();
+  // The previous micro-batch's reductions read the full gradient buffer in place: let them
+  // finish before this one accumulates into it. (Buckets wait for themselves.)
+  if (ctx_.buffers.full_grads != nullptr && reductions_in_flight_) {
+    ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize());
+  }
+  microbatch_started_ = true;
+  grads_prepared_ = false;
+  return Status::ok();
+}
+
+GradRoute GradientPipeline::route(int segment) const {
+  RouteFacts facts;
+  facts.full_grads = ctx_.buffers.full_grads != nullptr;
+  facts.sync = sync_;
+  facts.multi_rank = ctx_.size > 1;
+  facts.fresh = grad_fresh_[segment] != 0;
+  facts.in_window = window_reads_ && ctx_.layout.segment_window_offset(segment).has_value();
+  return route_segment(facts);
+}
+
+// Large pieces are copied into their bucket by the progress thread (the copy stream), so
+// grad_ready returns while they travel; grad_data of the next unit waits until the window is
+// read. A segment that other units still fill waits for its copies at its reduction: copies
+// are in order on the copy stream, so the event recorded then covers them too.
+Status GradientPipeline::copy_into_bucket(const UnitPiece& piece, const char* src,
+                                          WindowPass* pass) {
+  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
+  Bucket bucket;
+  ZRT_RETURN_IF_ERROR(acquire_bucket(piece.segment, &bucket));
+  char* out = ctx_.grad_ptr(bucket_data(bucket), piece.piece.segment_offset);
+  const size_t count = piece.piece.count;
+  if (ctx_.streams.copy == nullptr || count * ctx_.p_size < kDeferredCopyBytes) {
+    ctx_.ops->convert(pdt, src, gdt, out, count);
+    return Status::ok();
+  }
+  ElementOps* ops = ctx_.ops;
+  ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
+      *ctx_.streams.copy, count,
+      [ops, pdt, gdt, src, out, p_size = ctx_.p_size, g_size = ctx_.g_size](size_t begin,
+                                                                            size_t n) {
+        ops->convert(pdt, src + begin * p_size, gdt, out + begin * g_size, n);
+      },
+      "partition: gradients into a bucket"));
+  pass->copies_queued = true;
+  pass->copies_unwaited = true;
+  return Status::ok();
+}
+
+Status GradientPipeline::reduce_from_window(int segment, WindowPass* pass) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  char* data = ctx_.param_ptr(pass->window, *ctx_.layout.segment_window_offset(segment));
+  ctx_.ops->zero(ctx_.grad_ptr(data, seg.used), (seg.numel - seg.used) * ctx_.g_size);  // padding
+  pending_[segment] = ctx_.layout.segment_units(segment);  // this unit alone fills the segment
+  ZRT_RETURN_IF_ERROR(reduce_segment(segment, data));
+  pass->window_reduced = true;
+  return Status::ok();
+}
+
+Status GradientPipeline::segment_written(int segment, WindowPass* pass) {
+  if (--pending_[segment] > 0) return Status::ok();
+  pending_[segment] = ctx_.layout.segment_units(segment);
+  const PartitionStreams& streams = ctx_.streams;
+  if (pass->copies_unwaited) {
+    // The reduction reads the bucket: after the copies into it (and any before them).
+    ZRT_RETURN_IF_ERROR(streams.copy_event->record(*streams.copy));
+    ZRT_RETURN_IF_ERROR(streams.rs->wait_event(*streams.copy_event));
+    pass->copies_unwaited = false;
+  }
+  void* data;
+  if (ctx_.buffers.full_grads != nullptr) {
+    data = ctx_.grad_ptr(ctx_.buffers.full_grads, ctx_.segment_start(segment));
+  } else {
+    data = bucket_data(*buckets_.bound(segment));
+  }
+  return reduce_segment(segment, data);
+}
+
+Status GradientPipeline::close_grad_window(WindowPass* pass) {
+  const PartitionStreams& streams = ctx_.streams;
+  if (pass->window_reduced) {
+    // The window is read on two streams: its event goes on the reduce-scatter stream, after
+    // the copies out of it too.
+    if (pass->copies_queued) {
+      ZRT_RETURN_IF_ERROR(streams.copy_event->record(*streams.copy));
+      ZRT_RETURN_IF_ERROR(streams.rs->wait_event(*streams.copy_event));
+      pass->copies_unwaited = false;
+    }
+    ZRT_RETURN_IF_ERROR(streams.window_read[open_window_]->record(*streams.rs));
+    window_busy_[open_window_] = 1;
+  } else if (pass->copies_queued) {
+    ZRT_RETURN_IF_ERROR(streams.window_read[open_window_]->record(*streams.copy));
+    window_busy_[open_window_] = 1;
+  }
+  copies_unwaited_ = pass->copies_unwaited;
+  next_window_ = (open_window_ + 1) % static_cast<int>(ctx_.buffers.grad_windows.size());
+  open_window_ = -1;
+  return Status::ok();
+}
+
+void GradientPipeline::finish_unit(int unit) {
+  signalled_[unit] = 1;
+  open_unit_ = -1;
+  if (++signalled_count_ < ctx_.layout.trainable_units()) return;
+  // The micro-batch's backward is complete.
+  std::fill(signalled_.begin(), signalled_.end(), 0);
+  signalled_count_ = 0;
+  microbatch_started_ = false;
+  if (sync_) {
+    reduced_since_step_ = true;
+    unreduced_local_ = false;
+  } else {
+    unreduced_local_ = true;
+  }
+}
+
+// Pieces come in segment order; a segment is reduced as soon as this unit has written its part
+// and it was the last unit the segment waited for, so a unit larger than the bucket pool
+// streams through the buckets instead of holding them all.
+Status GradientPipeline::grad_ready(int unit) {
+  ZRT_RETURN_IF_ERROR(begin_microbatch());
+  // Device ops launch on the reduce-scatter stream, ahead of the reductions they feed.
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.rs));
+  // A unit none of whose gradients the framework asked for (its parameters went unused) has
+  // zero gradients, not whatever an earlier unit left in the window.
+  const bool unwritten = open_unit_ != unit;
+  ZRT_RETURN_IF_ERROR(open_grad_window());
+  WindowPass pass;
+  pass.window = ctx_.buffers.grad_windows[open_window_];
+  pass.copies_unwaited = copies_unwaited_;
+  const std::vector<UnitPiece>& pieces = ctx_.layout.unit_pieces(unit);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const UnitPiece& piece = pieces[i];
+    const int s = piece.segment;
+    const ParamLocation& loc = ctx_.layout.params()[piece.piece.param];
+    char* src = ctx_.param_ptr(pass.window, loc.staging_offset + piece.piece.param_offset);
+    if (unwritten) ctx_.ops->zero(src, piece.piece.count * ctx_.p_size);
+    const bool last_in_segment = i + 1 == pieces.size() || pieces[i + 1].segment != s;
+    switch (route(s)) {
+      case GradRoute::kReduceFromWindow:
+        if (last_in_segment) ZRT_RETURN_IF_ERROR(reduce_from_window(s, &pass));
+        continue;
+      case GradRoute::kAccumulateFull:
+        ctx_.ops->accumulate(ctx_.options.param_dtype, src, ctx_.options.reduce_dtype,
+                             ctx_.grad_ptr(ctx_.buffers.full_grads,
+                                           ctx_.segment_start(s) + piece.piece.segment_offset),
+                             piece.piece.count, 1.0);
+        break;
+      case GradRoute::kCopyToBucket:
+        ZRT_RETURN_IF_ERROR(copy_into_bucket(piece, src, &pass));
+        break;
+    }
+    if (sync_ && last_in_segment) ZRT_RETURN_IF_ERROR(segment_written(s, &pass));
+  }
+  ZRT_RETURN_IF_ERROR(close_grad_window(&pass));
+  finish_unit(unit);
+  return Status::ok();
+}
+
+Status GradientPipeline::finish_reductions() {
+  if (microbatch_started_) {
+    std::string missing;
+    for (size_t u = 0; u < signalled_.size(); ++u) {
+      if (!signalled_[u] && ctx_.layout.units()[u].trainable_numel > 0) {
+        missing += fmt::format(" {}", u);
+      }
+    }
+    return Status::invalid_usage("the gradients of units{} have not arrived yet", missing);
+  }
+  if (!reduced_since_step_) {
+    return Status::invalid_usage(
+        "no synchronised micro-batch since the last step: no reduced "
+        "gradients to use");
+  }
+  if (unreduced_local_) {
+    return Status::invalid_usage(
+        "the last micro-batch ran without synchronisation: its "
+        "gradients were never reduced (end with set_sync(1))");
+  }
+  ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize().with_context("waiting for the reductions"));
+  reductions_in_flight_ = false;
+  if (grads_prepared_) return Status::ok();
+  const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
+  const PartitionBuffers& buf = ctx_.buffers;
+  if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
+    const double scale = 1.0 / ctx_.size;
+    for (const Segment& seg : ctx_.layout.segments()) {
+      const char* owned =
+          ctx_.grad_ptr(buf.full_grads,
+                        seg.shard_offset * ctx_.size + static_cast<size_t>(ctx_.rank) * seg.slice);
+      float* out = buf.optimizer_grad + seg.shard_offset;
+      ctx_.ops->convert(gdt, owned, ZRT_F32, out, seg.slice);
+      ctx_.ops->scale(ZRT_F32, out, seg.slice, scale);
+    }
+  } else if (buf.optimizer_grad != nullptr) {
+    const char* reduced =
+        ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard;
+    ctx_.ops->convert(gdt, reduced, ZRT_F32, buf.optimizer_grad, ctx_.layout.shard_numel());
+  }
+  grads_prepared_ = true;
+  return Status::ok();
+}
+
+const float* GradientPipeline::optimizer_grad() const {
+  const PartitionBuffers& buf = ctx_.buffers;
+  if (buf.optimizer_grad != nullptr) return buf.optimizer_grad;
+  return reinterpret_cast<const float*>(
+      ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard);
+}
+
+Status GradientPipeline::grad_norm(double* norm, bool* has_nonfinite) {
+  ZRT_RETURN_IF_ERROR(finish_reductions());
+  double sum = 0;
+  bool nonfinite = false;
+  ctx_.ops->sum_squares(ZRT_F32, optimizer_grad(), ctx_.layout.shard_numel(), &sum, &nonfinite);
+  // One all-reduce carries both figures (the flag as a count of ranks that saw one); stage 0
+  // ranks already hold the whole gradient.
+  norm_buffer_[0] = sum;
+  norm_buffer_[1] = nonfinite ? 1.0 : 0.0;
+  if (ctx_.layout.shards() > 1) {
+    if (norm == nullptr) norm_buffer_[0] = norm_buffer_[1];
+    ZRT_RETURN_IF_ERROR(all_reduce_norm(/*both=*/norm != nullptr && has_nonfinite != nullptr));
+    if (norm == nullptr) norm_buffer_[1] = norm_buffer_[0];
+  }
+  if (norm != nullptr) *norm = std::sqrt(norm_buffer_[0]);
+  if (has_nonfinite != nullptr) *has_nonfinite = norm_buffer_[1] > 0 || std::isnan(norm_buffer_[0]);
+  return Status::ok();
+}
+
+// The norm's internal collective: a sum over the ranks of norm_buffer_ (both figures, or the
+// first only).
+Status GradientPipeline::all_reduce_norm(bool both) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_REDUCE;
+  args.sendbuf = norm_buffer_;
+  args.recvbuf = norm_buffer_;
+  args.count = both ? 2 : 1;
+  args.dtype = ZRT_F64;
+  args.op = ZRT_SUM;
+  args.purpose = Purpose::kInternal;
+  Stream& stream = ctx_.comm.default_stream();
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, args));
+  return stream.synchronize().with_context("all-reducing the gradient norm");
+}
+
+void GradientPipeline::end_step() {
+  // Clear the gradients for the next step (the reductions have all finished); the gradient
+  // shard is overwritten by the next step's first reduction of each segment instead.
+  if (ctx_.buffers.full_grads != nullptr) {
+    ctx_.ops->zero(ctx_.buffers.full_grads, ctx_.plan.full_grads * ctx_.g_size);
+  }
+  std::fill(grad_fresh_.begin(), grad_fresh_.end(), 1);
+  reduced_since_step_ = false;
+  grads_prepared_ = false;
+}
+
+}  // namespace zrt

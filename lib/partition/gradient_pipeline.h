@@ -1,0 +1,122 @@
+// GradientPipeline: the framework writes a unit's gradients into a staging window and signals
+// it; the pipeline accumulates them where the stage keeps gradients and starts the reduction of
+// every segment the unit completes, on the reduce-scatter stream, while backward goes on.
+//
+// Where gradients go (StagePolicy::grad_home, bucket_pool.h's routes):
+//  - with full local gradients (stages 0/1, or 2/3 with no_sync_accumulation), the staging
+//    window is accumulated into the full gradient buffer, and a complete segment is reduced in
+//    place there: stage 0 all-reduces with AVG (a value already reduced stays put, because the
+//    average of equal values is that value); stage 1 reduce-scatters with SUM and then zeroes
+//    the slices it does not own, so its owned slice keeps accumulating sums across micro-batches
+//    (scaled by 1/N once, when the optimizer's gradient is prepared); stages 2/3 reduce-scatter
+//    with AVG, add the owned slice to the gradient shard and zero the segment.
+//  - otherwise (stages 2/3), the window is converted into a constant-size bucket bound to the
+//    segment, the bucket is reduce-scattered in place with AVG and its owned slice is added to
+//    the gradient shard by a host function on the same stream; the bucket's event tells when it
+//    can be reused. Stage 2 never holds more than the buckets' worth of full gradients.
+// In stages 2/3 the first reduction of a segment after a step writes its reduced slice into the
+// gradient shard instead of adding it there (grad_fresh_): the reduce-scatter delivers it
+// straight into the shard (N > 1) or it is copied, so the step never clears the shard and no
+// copy leaves the bucket; x + 0 == x, so the sums are the same.
+//
+// Copies out of the gradient window into the buckets run on the progress thread (the copy
+// stream, large pieces only), so grad_ready returns once the work is enqueued; the bucket's
+// reduction waits for them on its stream. No copy at all where the window holds a whole segment
+// (Layout::segment_window_offset) in the reduce dtype: the segment's first reduction after a
+// step then reduce-scatters out of the window straight into the gradient shard, so backward
+// moves each such gradient byte once instead of three times (read and write of the copy, then
+// the reduction's read). Two windows alternate: the framework writes the next unit's gradients
+// into one while the last unit's leave the other, and grad_data waits only when the copies or
+// reductions reading the window of the unit before that are still running.
+//
+// Micro-batches: a backward is complete when every trainable unit signalled; set_sync(false)
+// micro-batches only accumulate (full local gradients needed). finish_reductions waits for the
+// reductions and makes the f32 gradient the optimizer reads; grad_norm reduces its norm.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/bucket_pool.h"
+#include "lib/partition/partition_context.h"
+
+namespace zrt {
+
+class GradientPipeline {
+ public:
+  explicit GradientPipeline(const PartitionContext& ctx);
+
+  int open_unit() const { return open_unit_; }  // the unit whose gradients are open, or -1
+  bool is_signalled(int unit) const { return signalled_[unit] != 0; }
+  bool microbatch_started() const { return microbatch_started_; }
+  int signalled_count() const { return signalled_count_; }
+  // Gradients of an unfinished step exist (a micro-batch begun, or completed since the step).
+  bool pending() const { return microbatch_started_ || reduced_since_step_ || unreduced_local_; }
+
+  // Where the framework writes `param`'s gradient (the caller checked the unit may open).
+  Status grad_data(int param, void** grad);
+  void set_sync(bool sync) { sync_ = sync; }
+  // `unit`'s gradients are written (the caller checked it may signal).
+  Status grad_ready(int unit);
+
+  // Waits for every reduction and makes the f32 gradient shard the optimizer reads.
+  Status finish_reductions();
+  // The f32 gradient the optimizer reads (after finish_reductions).
+  const float* optimizer_grad() const;
+  Status grad_norm(double* norm, bool* has_nonfinite);
+  // After a successful step: the gradients start over.
+  void end_step();
+
+ private:
+  // What one grad_ready call has done to its window so far.
+  struct WindowPass {
+    char* window = nullptr;
+    bool copies_queued = false;   // copies out of the window were enqueued on the copy stream
+    bool window_reduced = false;  // a reduction reads the window itself
+    bool copies_unwaited = false;
+  };
+
+  Status begin_microbatch();
+  // Makes the window the next unit's gradients go to the open one, once it has been read.
+  Status open_grad_window();
+  GradRoute route(int segment) const;
+  Status copy_into_bucket(const UnitPiece& piece, const char* src, WindowPass* pass);
+  Status reduce_from_window(int segment, WindowPass* pass);
+  // The unit wrote its part of `segment`: when no unit is left to, reduce it.
+  Status segment_written(int segment, WindowPass* pass);
+  Status close_grad_window(WindowPass* pass);
+  void finish_unit(int unit);
+  Status acquire_bucket(int segment, Bucket* bucket);
+  char* bucket_data(const Bucket& bucket) const;
+  Status reduce_segment(int segment, void* data);
+  Status all_reduce_norm(bool both);
+
+  const PartitionContext& ctx_;
+  // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).
+  const bool window_reads_;
+
+  bool sync_ = true;
+  int open_unit_ = -1;
+  std::vector<uint8_t> signalled_;  // per unit, this micro-batch
+  int signalled_count_ = 0;
+  bool microbatch_started_ = false;
+  bool reduced_since_step_ = false;  // a synchronised micro-batch completed
+  bool unreduced_local_ = false;     // a no-sync micro-batch completed after the last sync
+  bool reductions_in_flight_ = false;
+  bool grads_prepared_ = false;
+  std::vector<int> pending_;  // per segment: units still to signal
+  BucketPool buckets_;
+  // Stages 2/3, per segment: the gradient shard's slice holds the previous step's gradients, so
+  // the first reduction after a step overwrites it instead of adding (no clearing pass).
+  std::vector<uint8_t> grad_fresh_;
+
+  std::vector<char> window_busy_;  // per window: copies or reductions may still read it
+  int next_window_ = 0;            // the window the next unit's gradients go to
+  int open_window_ = -1;           // the window of the open unit, or -1
+  bool copies_unwaited_ = false;   // copies into a bucket no reduction has waited for yet
+  double norm_buffer_[2] = {0, 0};
+};
+
+}  // namespace zrt

@@ -1,0 +1,94 @@
+// PartitionContext: what the parts of a partition manager share (partition_manager.h). The
+// manager fills it in finalize, once: the layout and the maps derived from it, the buffer plan
+// and the buffers carved from the arena, the streams and events, and the element operations.
+// GatherWindow, GradientPipeline and StepTransaction read it; each keeps its own state apart.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/config.h"
+#include "lib/partition/element_ops.h"
+#include "lib/partition/layout.h"
+#include "lib/partition/memory_model.h"
+#include "lib/partition/stage_policy.h"
+
+namespace zrt {
+
+class Communicator;
+class Stream;
+class Event;
+
+// The flat buffers (null when the stage has none).
+struct PartitionBuffers {
+  char* full_params = nullptr;
+  char* frozen = nullptr;
+  char* param_shard = nullptr;
+  char* full_grads = nullptr;
+  char* grad_shard = nullptr;
+  float* master = nullptr;
+  std::vector<float*> state;
+  std::vector<char*> buckets;
+  char* persistent_bucket = nullptr;
+  char* window = nullptr;  // stage 3 gather window: window_slots slots of slot_bytes
+  size_t slot_bytes = 0;
+  // The framework's gradient staging windows (one, or two that alternate).
+  std::vector<char*> grad_windows;
+  float* optimizer_grad = nullptr;
+  float* backup_master = nullptr;    // step_backup: master before the optimizer
+  std::vector<float*> backup_state;  // step_backup: each state slot before it
+};
+
+// Streams and events. Created in the same order on every rank: stream k talks to stream k.
+struct PartitionStreams {
+  Stream* ag = nullptr;  // parameter all-gathers, conversions of master, the backup's copies
+  Stream* rs = nullptr;  // gradient reductions and what accumulates their results
+  // Host buckets: copies a gradient window into the buckets on the progress thread; the
+  // reduce-scatter stream waits for copy_event before each bucket's reduction.
+  Stream* copy = nullptr;
+  Event* copy_event = nullptr;
+  std::vector<Event*> window_read;     // per gradient window: after what reads it
+  std::vector<Event*> segment_events;  // stages 1/2: after each segment's post-step gather
+  Event* persistent_event = nullptr;   // stage 3: after the persistent segment's gather
+  std::vector<Event*> slot_events;     // stage 3: per window slot, after its all-gather
+  std::vector<Event*> bucket_events;   // after each bucket's reduction and accumulation
+};
+
+struct PartitionContext {
+  PartitionContext(Communicator& comm, const PartitionOptions& options);
+
+  // Element offset of a segment in a full (unsharded) view.
+  size_t segment_start(int segment) const {
+    return layout.segments()[segment].shard_offset * static_cast<size_t>(layout.shards());
+  }
+  char* param_ptr(char* base, size_t elements) const { return base + elements * p_size; }
+  char* grad_ptr(char* base, size_t elements) const { return base + elements * g_size; }
+  // The rank whose slice of each segment this rank owns (stage 0: one shard, slice 0).
+  int owner() const { return layout.shards() == 1 ? 0 : rank; }
+  // Runs work(begin, count) over elements [0, total) after everything enqueued on `stream` so
+  // far: host buffers piece by piece on the progress thread (piecewise_task.h), device buffers
+  // as kernels launched on the stream at once (ElementOps::run_on).
+  Status run_piecewise(Stream& stream, size_t total, std::function<void(size_t, size_t)> work,
+                       const char* name) const;
+
+  Communicator& comm;
+  const PartitionOptions options;
+  const StagePolicy policy;
+  const int rank;
+  const int size;
+  const size_t p_size;  // bytes per param element
+  const size_t g_size;  // bytes per reduce element
+
+  // Set by finalize.
+  Layout layout;
+  ShardMap shard;  // this rank's pieces (shards == 1: rank 0's)
+  BufferPlan plan;
+  PartitionBuffers buffers;
+  PartitionStreams streams;
+  ElementOps* ops = nullptr;
+  bool on_device = false;  // ZRT_MEM_CUDA: buffers, streams and events are the device's
+};
+
+}  // namespace zrt

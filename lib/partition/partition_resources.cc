@@ -1,0 +1,195 @@
+#include "lib/partition/partition_resources.h"
+
+#include "lib/comm/communicator.h"
+#include "lib/engine/engine.h"
+#include "lib/partition/device_ops.h"
+#include "transports/nccl/device_context.h"
+
+namespace zrt {
+
+Status PartitionResources::setup(PartitionContext& ctx) {
+  ctx.on_device = device_ != nullptr;
+  ZRT_RETURN_IF_ERROR(allocate_buffers(ctx));
+  return create_streams(ctx);
+}
+
+Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
+  const size_t p_size = ctx.p_size;
+  const size_t g_size = ctx.g_size;
+  if (ctx.options.mem_kind == ZRT_MEM_CUDA) {
+    if (device_ == nullptr) {
+      return Status(ZRT_UNSUPPORTED,
+                    "partition buffers in ZRT_MEM_CUDA memory need the communicator's device "
+                    "context (zrt_partition_create makes it)");
+    }
+    std::unique_ptr<ArenaBackend> backend;
+    ZRT_RETURN_IF_ERROR(create_device_arena_backend(device_->device(), &backend));
+    ZRT_RETURN_IF_ERROR(create_device_element_ops(device_->device(), &ops_));
+    arena_ = std::make_unique<Arena>(std::move(backend));
+  } else {
+    arena_ = std::make_unique<Arena>(create_host_arena_backend(ctx.comm.transport()));
+    ops_ = create_host_element_ops();
+  }
+  ctx.ops = ops_.get();
+  Arena& a = *arena_;
+  const BufferPlan& b = ctx.plan;
+  const size_t h_full = a.plan(b.full_params * p_size, MemoryCategory::kFullParams);
+  const size_t h_frozen = a.plan(b.frozen * p_size, MemoryCategory::kFullParams);
+  const size_t h_pshard = a.plan(b.param_shard * p_size, MemoryCategory::kParamShard);
+  const size_t h_fgrads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
+  const size_t h_gshard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
+  const size_t h_master = a.plan(b.master * 4, MemoryCategory::kMaster);
+  std::vector<size_t> h_state;
+  for (int i = 0; i < b.optimizer_slots; ++i) {
+    h_state.push_back(a.plan(b.master * 4, MemoryCategory::kOptimizerState));
+  }
+  std::vector<size_t> h_buckets;
+  for (int i = 0; i < b.bucket_count; ++i) {
+    h_buckets.push_back(a.plan(b.bucket_numel * g_size, MemoryCategory::kBuckets));
+  }
+  const size_t h_pbucket = a.plan(b.persistent_bucket * g_size, MemoryCategory::kBuckets);
+  const size_t slot_bytes = b.window_slot_numel * p_size;
+  const size_t h_window =
+      a.plan(slot_bytes * static_cast<size_t>(b.window_slots), MemoryCategory::kGatherWindow);
+  std::vector<size_t> h_gwindows;
+  for (int i = 0; i < b.grad_windows; ++i) {
+    h_gwindows.push_back(a.plan(b.grad_window * p_size, MemoryCategory::kGradStaging));
+  }
+  const size_t h_ograd = a.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
+  const size_t h_bmaster = a.plan(b.backup * 4, MemoryCategory::kStepBackup);
+  std::vector<size_t> h_bstate;
+  if (b.backup > 0) {
+    for (int i = 0; i < b.optimizer_slots; ++i) {
+      h_bstate.push_back(a.plan(b.backup * 4, MemoryCategory::kStepBackup));
+    }
+  }
+  ZRT_RETURN_IF_ERROR(a.commit());
+  PartitionBuffers& buf = ctx.buffers;
+  buf.full_params = static_cast<char*>(a.address(h_full));
+  buf.frozen = static_cast<char*>(a.address(h_frozen));
+  buf.param_shard = static_cast<char*>(a.address(h_pshard));
+  buf.full_grads = static_cast<char*>(a.address(h_fgrads));
+  buf.grad_shard = static_cast<char*>(a.address(h_gshard));
+  buf.master = static_cast<float*>(a.address(h_master));
+  for (size_t h : h_state) buf.state.push_back(static_cast<float*>(a.address(h)));
+  for (size_t h : h_buckets) buf.buckets.push_back(static_cast<char*>(a.address(h)));
+  buf.persistent_bucket = static_cast<char*>(a.address(h_pbucket));
+  buf.window = static_cast<char*>(a.address(h_window));
+  buf.slot_bytes = slot_bytes;
+  for (size_t h : h_gwindows) buf.grad_windows.push_back(static_cast<char*>(a.address(h)));
+  buf.optimizer_grad = static_cast<float*>(a.address(h_ograd));
+  buf.backup_master = static_cast<float*>(a.address(h_bmaster));
+  for (size_t h : h_bstate) buf.backup_state.push_back(static_cast<float*>(a.address(h)));
+  return Status::ok();
+}
+
+Status PartitionResources::create_streams(PartitionContext& ctx) {
+  ProgressEngine& engine = ctx.comm.engine();
+  if (device_ != nullptr) return create_device_streams(ctx);
+  const zrt_mem_kind_t kind = ctx.options.mem_kind;
+  PartitionStreams& s = ctx.streams;
+  // Created in the same order on every rank: stream k talks to stream k.
+  ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.ag));
+  ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.rs));
+  if (!ctx.buffers.buckets.empty()) {
+    ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.copy));
+    ZRT_RETURN_IF_ERROR(engine.create_event(&s.copy_event));
+    s.window_read.assign(ctx.buffers.grad_windows.size(), nullptr);
+    for (Event*& event : s.window_read) ZRT_RETURN_IF_ERROR(engine.create_event(&event));
+  }
+  auto make = [&engine](Event** event) { return engine.create_event(event); };
+  return create_events(ctx, make);
+}
+
+// ZRT_MEM_CUDA: streams and events of the device context, owned here (the engine does not know
+// them), so one CUDA stream orders after another with cudaStreamWaitEvent.
+Status PartitionResources::create_device_streams(PartitionContext& ctx) {
+  ProgressEngine& engine = ctx.comm.engine();
+  // Indexes only name the streams in messages; NCCL pairs collectives by enqueue order.
+  constexpr int kFirstIndex = 0x5a00;
+  for (Stream** stream : {&ctx.streams.ag, &ctx.streams.rs}) {
+    std::unique_ptr<Stream> made;
+    ZRT_RETURN_IF_ERROR(device_->create_stream(
+        engine, kFirstIndex + static_cast<int>(device_streams_.size()), nullptr, false, &made));
+    *stream = made.get();
+    device_streams_.push_back(std::move(made));
+  }
+  auto make = [this, &engine](Event** event) {
+    std::unique_ptr<Event> made;
+    ZRT_RETURN_IF_ERROR(device_->create_event(engine, &made));
+    *event = made.get();
+    device_events_.push_back(std::move(made));
+    return Status::ok();
+  };
+  return create_events(ctx, make);
+}
+
+Status PartitionResources::create_events(PartitionContext& ctx,
+                                         const std::function<Status(Event**)>& make) {
+  PartitionStreams& s = ctx.streams;
+  if (ctx.policy.gathers_after_step()) {
+    s.segment_events.assign(ctx.layout.segments().size(), nullptr);
+    for (Event*& event : s.segment_events) ZRT_RETURN_IF_ERROR(make(&event));
+  }
+  if (ctx.policy.gathers_on_fetch()) {
+    ZRT_RETURN_IF_ERROR(make(&s.persistent_event));
+    s.slot_events.assign(static_cast<size_t>(ctx.plan.window_slots), nullptr);
+    for (Event*& event : s.slot_events) ZRT_RETURN_IF_ERROR(make(&event));
+  }
+  s.bucket_events.assign(ctx.buffers.buckets.size(), nullptr);
+  for (Event*& event : s.bucket_events) ZRT_RETURN_IF_ERROR(make(&event));
+  return Status::ok();
+}
+
+Status PartitionResources::release(PartitionContext& ctx) {
+  Status first;
+  auto keep = [&first](const Status& status) {
+    if (first.is_ok() && !status.is_ok()) first = status;
+  };
+  ProgressEngine& engine = ctx.comm.engine();
+  PartitionStreams& s = ctx.streams;
+  if (!device_streams_.empty()) {
+    // CUDA: wait for the device to pass zrt's work before the buffers go; the streams and events
+    // are owned here, freed here rather than by the engine.
+    for (auto& stream : device_streams_) keep(stream->synchronize());
+    device_streams_.clear();
+    device_events_.clear();
+    s.ag = s.rs = nullptr;
+    s.segment_events.clear();
+    s.bucket_events.clear();
+    s.slot_events.clear();
+    s.persistent_event = nullptr;
+  }
+  // Destroying a stream waits for its work, so buffers are idle before the arena goes.
+  if (s.ag != nullptr) keep(engine.destroy_stream(s.ag));
+  if (s.rs != nullptr) keep(engine.destroy_stream(s.rs));
+  if (s.copy != nullptr) keep(engine.destroy_stream(s.copy));
+  s.ag = s.rs = s.copy = nullptr;
+  if (s.copy_event != nullptr) keep(engine.destroy_event(s.copy_event));
+  s.copy_event = nullptr;
+  for (Event* event : s.window_read) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  s.window_read.clear();
+  for (Event* event : s.segment_events) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  for (Event* event : s.bucket_events) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  for (Event* event : s.slot_events) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  if (s.persistent_event != nullptr) keep(engine.destroy_event(s.persistent_event));
+  s.segment_events.clear();
+  s.bucket_events.clear();
+  s.slot_events.clear();
+  s.persistent_event = nullptr;
+  if (ops_ != nullptr) keep(ops_->bind(nullptr));  // a device op's failure not reported yet
+  ctx.ops = nullptr;
+  arena_.reset();
+  ops_.reset();
+  return first;
+}
+
+}  // namespace zrt

@@ -1,0 +1,53 @@
+// PartitionResources: the memory, streams and events of a partition manager, and the only
+// place that knows whether they are host or device ones. setup() carves the buffers of the
+// plan from an arena and creates the streams and events into a PartitionContext; release()
+// waits for their work and frees them, in reverse.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/partition/arena.h"
+#include "lib/partition/element_ops.h"
+#include "lib/partition/partition_context.h"
+
+namespace zrt {
+
+class DeviceContext;
+class Stream;
+class Event;
+
+class PartitionResources {
+ public:
+  PartitionResources() = default;
+  PartitionResources(const PartitionResources&) = delete;
+  PartitionResources& operator=(const PartitionResources&) = delete;
+
+  // ZRT_MEM_CUDA: the communicator's device context (made by the C API before finalize); the
+  // streams and events are CUDA ones from it, the buffers device memory.
+  void set_device_context(std::shared_ptr<DeviceContext> device) { device_ = std::move(device); }
+  bool on_device() const { return device_ != nullptr; }
+
+  // Needs ctx.layout and ctx.plan; fills ctx.buffers, ctx.streams and ctx.ops.
+  Status setup(PartitionContext& ctx);
+  // Waits for pending work and frees streams, events and the arena; the first failure.
+  Status release(PartitionContext& ctx);
+
+  void measure(MemoryFigures* figures) const { arena_->measure(figures); }
+
+ private:
+  Status allocate_buffers(PartitionContext& ctx);
+  Status create_streams(PartitionContext& ctx);
+  Status create_device_streams(PartitionContext& ctx);
+  Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
+
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<ElementOps> ops_;
+  std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
+  std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here
+  std::vector<std::unique_ptr<Event>> device_events_;    // CUDA events, owned here
+};
+
+}  // namespace zrt

@@ -1,0 +1,338 @@
+#include "lib/partition/step_transaction.h"
+
+#include <algorithm>
+#include <string>
+
+#include "collectives/collectives.h"
+#include "lib/comm/communicator.h"
+#include "lib/engine/engine.h"
+#include "lib/partition/gather_window.h"
+#include "lib/partition/gradient_pipeline.h"
+
+namespace zrt {
+
+namespace {
+
+// " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)"; the lowest failing rank's code in *first.
+std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first) {
+  std::string list;
+  for (size_t r = 0; r < codes.size(); ++r) {
+    if (codes[r] == ZRT_SUCCESS) continue;
+    const auto code = static_cast<zrt_status_t>(codes[r]);
+    if (list.empty()) *first = code;
+    list += fmt::format("{}{} ({})", list.empty() ? " " : ", ", r, zrt_status_string(code));
+  }
+  return list;
+}
+
+}  // namespace
+
+StepTransaction::StepTransaction(const PartitionContext& ctx, GatherWindow& window,
+                                 GradientPipeline& grads)
+    : ctx_(ctx),
+      window_(window),
+      grads_(grads),
+      backup_(ctx.layout.shard_numel() * (1 + ctx.buffers.state.size()),
+              ctx.layout.units().size()) {}
+
+Status StepTransaction::check_step_ready() {
+  const int fetched = window_.first_fetched();
+  if (fetched >= 0) {
+    return Status::invalid_usage(
+        "unit {} is still fetched: release every unit before the "
+        "step (its parameters are about to change)",
+        fetched);
+  }
+  ZRT_RETURN_IF_ERROR(grads_.finish_reductions());
+  ZRT_RETURN_IF_ERROR(settle_backup().with_context("waiting for the step backup's copy"));
+  // The optimizer rewrites master, and publishing the parameters: no conversion of the last
+  // step may still be reading master, no gather reading the parameters.
+  return ctx_.streams.ag->synchronize().with_context(
+      "waiting for the last step's parameter conversions and gathers");
+}
+
+Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
+                                       std::vector<int32_t>* codes) {
+  // A callback's stray negative value must still read as a failure under MAX.
+  const int32_t own =
+      mine < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : static_cast<int32_t>(mine);
+  codes->assign(static_cast<size_t>(ctx_.size), 0);
+  (*codes)[static_cast<size_t>(ctx_.rank)] = own;
+  if (ctx_.size == 1) return Status::ok();
+  // Reduce (max) to rank 0 and broadcast, rather than an all-gather: the vote then stays out of
+  // the reduce-scatter/all-gather/all-reduce counters, so the per-step ZeRO traffic figures
+  // (zrt_comm_stats) stay exactly the formula's.
+  CollectiveArgs reduce;
+  reduce.kind = ZRT_COLL_REDUCE;
+  reduce.sendbuf = codes->data();
+  reduce.recvbuf = codes->data();
+  reduce.count = codes->size();
+  reduce.dtype = ZRT_I32;
+  reduce.op = ZRT_MAX;
+  reduce.root = 0;
+  reduce.purpose = Purpose::kInternal;
+  CollectiveArgs bcast = reduce;
+  bcast.kind = ZRT_COLL_BROADCAST;
+  Stream& stream = ctx_.comm.default_stream();
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, reduce).with_context(what));
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, bcast).with_context(what));
+  return stream.synchronize().with_context(what);
+}
+
+Status StepTransaction::copy_backup_range(size_t begin, size_t end, Stream* stream) {
+  const size_t count = ctx_.layout.shard_numel();
+  const PartitionBuffers& buf = ctx_.buffers;
+  ElementOps* ops = ctx_.ops;
+  for (size_t array = begin / count; array * count < end; ++array) {
+    float* to = array == 0 ? buf.backup_master : buf.backup_state[array - 1];
+    const float* from = array == 0 ? buf.master : buf.state[array - 1];
+    const size_t first = std::max(begin, array * count) - array * count;
+    const size_t last = std::min(end, (array + 1) * count) - array * count;
+    if (stream == nullptr) {
+      ops->copy(to + first, from + first, (last - first) * sizeof(float));
+      continue;
+    }
+    ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
+        *stream, last - first,
+        [ops, to = to + first, from = from + first](size_t at, size_t n) {
+          ops->copy(to + at, from + at, n * sizeof(float));
+        },
+        "partition: step backup"));
+  }
+  return Status::ok();
+}
+
+void StepTransaction::take_backup() {
+  if (ctx_.buffers.backup_master == nullptr || backup_.current()) return;
+  static_cast<void>(copy_backup_range(backup_.cursor(), backup_.total(), nullptr));  // cannot fail
+  backup_.complete();
+}
+
+void StepTransaction::on_fetch() {
+  if (backup_.current()) return;
+  if (ctx_.buffers.backup_master == nullptr) return;
+  const size_t end = backup_.share_end();
+  backup_in_flight_ = true;  // even a partial enqueue must be waited for before master changes
+  // A refused enqueue (a failed stream) leaves the cursor: the step, which reports that
+  // stream's error first, would copy the rest itself.
+  if (!copy_backup_range(backup_.cursor(), end, ctx_.streams.ag).is_ok()) return;
+  backup_.advance_to(end);
+}
+
+Status StepTransaction::settle_backup() {
+  if (!backup_in_flight_) return Status::ok();
+  const Status status = ctx_.streams.ag->synchronize();
+  if (!status.is_ok()) {
+    // Its copies may not have run: the backup is out of date. Still in flight until a wait
+    // succeeds, since the copies might yet run.
+    backup_.invalidate();
+    return status;
+  }
+  backup_in_flight_ = false;
+  return Status::ok();
+}
+
+Status StepTransaction::prepare_master_write() {
+  // Parameters must not change under an all-gather that is reading them, nor master under
+  // the step backup's copy.
+  ZRT_RETURN_IF_ERROR(ctx_.streams.ag->synchronize());
+  ZRT_RETURN_IF_ERROR(settle_backup());
+  backup_.invalidate();
+  return Status::ok();
+}
+
+void StepTransaction::restore_backup() {
+  const PartitionBuffers& buf = ctx_.buffers;
+  const size_t bytes = ctx_.layout.shard_numel() * sizeof(float);
+  if (buf.backup_master == nullptr || bytes == 0) return;
+  ctx_.ops->copy(buf.master, buf.backup_master, bytes);
+  for (size_t i = 0; i < buf.state.size(); ++i)
+    ctx_.ops->copy(buf.state[i], buf.backup_state[i], bytes);
+  backup_.complete();
+}
+
+Status StepTransaction::publish_params() {
+  // Device ops convert on the all-gather stream, ahead of the gathers they feed.
+  ElementOps* ops = ctx_.ops;
+  ScopedBind bound(*ops);
+  Stream& ag = *ctx_.streams.ag;
+  ZRT_RETURN_IF_ERROR(bound.bind(&ag));
+  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const PartitionBuffers& buf = ctx_.buffers;
+  const auto& segments = ctx_.layout.segments();
+  switch (ctx_.policy.param_home()) {
+    case ParamHome::kReplicated:
+      ops->convert(ZRT_F32, buf.master, pdt, buf.full_params, ctx_.layout.shard_numel());
+      return Status::ok();
+    case ParamHome::kShard:
+      return window_.publish();
+    case ParamHome::kOwnedSlices:
+      break;
+  }
+  // Last segments hold the first units (buckets are in backward order): publish them first.
+  for (int s = static_cast<int>(segments.size()) - 1; s >= 0; --s) {
+    const Segment& seg = segments[s];
+    char* full = ctx_.param_ptr(buf.full_params, ctx_.segment_start(s));
+    char* owned = ctx_.param_ptr(full, static_cast<size_t>(ctx_.rank) * seg.slice);
+    const float* master = buf.master + seg.shard_offset;
+    if (ctx_.size == 1) {
+      ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
+      continue;
+    }
+    // On the stream, ahead of the gather that sends it.
+    const size_t p_size = ctx_.p_size;
+    ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
+        ag, seg.slice,
+        [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
+          ops->convert(ZRT_F32, master + begin, pdt, owned + begin * p_size, count);
+        },
+        "partition: convert master to the owned parameter slice"));
+    CollectiveArgs args;
+    args.kind = ZRT_COLL_ALL_GATHER;
+    args.sendbuf = owned;
+    args.recvbuf = full;
+    args.count = seg.slice;
+    args.dtype = pdt;
+    args.purpose = Purpose::kBucket;
+    args.purpose_id = s;
+    ZRT_RETURN_IF_ERROR(enqueue_collective(ag, ctx_.rank, ctx_.size, args)
+                            .with_context(fmt::format("gathering bucket {}", s)));
+    ZRT_RETURN_IF_ERROR(ctx_.streams.segment_events[s]->record(ag));
+  }
+  return Status::ok();
+}
+
+// The conversion is deterministic, so the parameters come back as they were before the step;
+// peers' slices are theirs to restore.
+void StepTransaction::rederive_params() {
+  // As in publish_params: device ops convert on the all-gather stream, after the gathers.
+  ScopedBind bound(*ctx_.ops);
+  static_cast<void>(bound.bind(ctx_.streams.ag));  // a failure is kept and reported by destroy
+  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const PartitionBuffers& buf = ctx_.buffers;
+  switch (ctx_.policy.param_home()) {
+    case ParamHome::kReplicated:
+      ctx_.ops->convert(ZRT_F32, buf.master, pdt, buf.full_params, ctx_.layout.shard_numel());
+      break;
+    case ParamHome::kOwnedSlices: {
+      const auto& segments = ctx_.layout.segments();
+      for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
+        const Segment& seg = segments[s];
+        char* owned = ctx_.param_ptr(
+            buf.full_params, ctx_.segment_start(s) + static_cast<size_t>(ctx_.rank) * seg.slice);
+        ctx_.ops->convert(ZRT_F32, buf.master + seg.shard_offset, pdt, owned, seg.slice);
+      }
+      break;
+    }
+    case ParamHome::kShard:
+      window_.rederive();
+      break;
+  }
+}
+
+Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
+  const int64_t next = step_ + 1;
+  std::vector<int32_t> codes;
+
+  // Phase 1: prepare, then vote. Nothing has been written yet, whatever fails.
+  const Status ready = check_step_ready();
+  const Status vote =
+      exchange_codes(ready.code(), "step: agreeing that every rank's reductions completed", &codes);
+  if (!ready.is_ok()) return ready;
+  if (!vote.is_ok()) {
+    return vote.with_context(
+        fmt::format("step {} (no optimizer ran here; master and state are unchanged)", next));
+  }
+  zrt_status_t first = ZRT_SUCCESS;
+  std::string failed = failed_ranks(codes, &first);
+  if (!failed.empty()) {
+    return Status::error(ZRT_REMOTE_ERROR,
+                         "step {}: rank(s){} failed before the optimizer (reductions or usage); "
+                         "no rank ran its optimizer, master and state are unchanged",
+                         next, failed);
+  }
+
+  // Phase 2: optimize, then vote.
+  const PartitionBuffers& buf = ctx_.buffers;
+  zrt_optimizer_args_t args{};
+  args.size = sizeof(args);
+  args.master = buf.master;
+  args.grad = grads_.optimizer_grad();
+  args.state = buf.state.data();
+  args.num_state = static_cast<int>(buf.state.size());
+  args.count = ctx_.layout.shard_numel();
+  args.pieces = ctx_.shard.pieces.data();
+  args.num_pieces = ctx_.shard.pieces.size();
+  args.step = next;
+  take_backup();  // what the fetches' shares did not copy
+  const zrt_status_t code = optimizer(&args, user_data);
+  backup_.invalidate();
+  const bool backed_up = buf.backup_master != nullptr;
+  const char* undo = backed_up ? "master and optimizer state were restored"
+                               : "step_backup is 0: master and optimizer state are as the "
+                                 "callbacks left them, reload a checkpoint";
+  const Status voted =
+      exchange_codes(code, "step: agreeing that every rank's optimizer succeeded", &codes);
+  if (!voted.is_ok()) {
+    restore_backup();
+    return voted.with_context(fmt::format(
+        "step {} (this rank's optimizer returned {}; {} on this rank)", next,
+        zrt_status_string(code), backed_up ? "master and optimizer state were restored" : undo));
+  }
+  failed = failed_ranks(codes, &first);
+  if (!failed.empty()) {
+    restore_backup();
+    return Status::error(first,
+                         "step {}: the optimizer callback failed on rank(s){}; {} on every "
+                         "rank, parameters unchanged",
+                         next, failed, undo);
+  }
+
+  // Phase 3: publish. Every rank's optimizer succeeded.
+  const Status published = publish_params();
+  if (!published.is_ok()) {
+    if (!backed_up) {
+      return published.with_context(fmt::format(
+          "step {}: publishing the updated parameters (step_backup is 0: master and state hold "
+          "the update, reload a checkpoint)",
+          next));
+    }
+    // Conversions and gathers enqueued before the failure may still read master and the owned
+    // slices being restored and re-derived.
+    const Status drained = ctx_.streams.ag->synchronize();
+    restore_backup();
+    rederive_params();
+    return published.with_context(fmt::format(
+        "step {}: publishing the updated parameters failed; master, state and this rank's "
+        "parameters were restored{}",
+        next, drained.is_ok() ? "" : " (the gather stream reported: " + drained.message() + ")"));
+  }
+  ++step_;
+  grads_.end_step();
+  window_.end_step();
+  return Status::ok();
+}
+
+Status StepTransaction::restore_checkpoint(const float* master,
+                                           const std::vector<const float*>& states,
+                                           const void* frozen, zrt_dtype_t frozen_dtype,
+                                           int64_t step) {
+  ZRT_RETURN_IF_ERROR(prepare_master_write());
+  const PartitionBuffers& buf = ctx_.buffers;
+  const size_t count = ctx_.layout.shard_numel();
+  ctx_.ops->copy(buf.master, master, count * sizeof(float));
+  for (size_t i = 0; i < buf.state.size(); ++i) {
+    ctx_.ops->copy(buf.state[i], states[i], count * sizeof(float));
+  }
+  if (buf.frozen != nullptr && ctx_.layout.frozen_numel() > 0) {
+    ctx_.ops->convert(frozen_dtype, frozen, ctx_.options.param_dtype, buf.frozen,
+                      ctx_.layout.frozen_numel());
+  }
+  step_ = step;
+  // Units gathered ahead hold the old parameters: forget them, and start the order over.
+  window_.rewind();
+  // Publish master as a step does.
+  return publish_params();
+}
+
+}  // namespace zrt
