@@ -80,6 +80,7 @@ class CollTask final : public Task {
 
   void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
   void set_local() { local_ = true; }
+  void set_internal() { internal_ = true; }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
   void set_fingerprint(const OrderFingerprint& fingerprint) { check_.set_fingerprint(fingerprint); }
 
@@ -87,6 +88,7 @@ class CollTask final : public Task {
   Status progress(TaskContext& context, bool* done) override;
   bool communicates() const override { return !local_; }
   zrt_coll_kind_t kind() const override { return kind_; }
+  bool internal() const override { return internal_; }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
   uint64_t check_bytes_sent() const override { return check_.bytes_sent(); }
@@ -123,6 +125,7 @@ class CollTask final : public Task {
   int p2p_peer_;
   bool p2p_is_send_;
   bool local_ = false;
+  bool internal_ = false;
   std::array<std::unique_ptr<Phase>, 2> phases_;
   int phase_count_ = 0;
   int phase_index_ = 0;

@@ -220,6 +220,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,
                                          args.kind == ZRT_COLL_SEND);
   if (!p2p) task->set_fingerprint(make_fingerprint(args));
+  if (args.purpose == Purpose::kInternal) task->set_internal();
   const void* send = args.sendbuf;
   void* recv = args.recvbuf;
   if (p2p) {

@@ -70,7 +70,7 @@ int main(void) {
   CHECK(zrt_comm_stats(comm, &stats));
   printf("rank %d/%d: model state %llu B (ZeRO-3 formula %.0f B), sent %llu B in %llu ops\n", rank,
          size, (unsigned long long)memory.model_state, memory.theoretical_model_state,
-         (unsigned long long)stats.total.bytes_sent, (unsigned long long)stats.total.calls);
+         (unsigned long long)stats.user.bytes_sent, (unsigned long long)stats.user.calls);
 
   CHECK(zrt_partition_destroy(pm));
   CHECK(zrt_comm_destroy(comm));

@@ -96,9 +96,9 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   zrt_comm_stats_t stats;
   stats.size = sizeof(stats);
   CHECK_ZRT(zrt_comm_stats(comm, &stats));
-  uint64_t zero_bytes = stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent +
-                        stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent;
-  if (options.stage == 0) zero_bytes += stats.per_kind[ZRT_COLL_ALL_REDUCE].bytes_sent;
+  uint64_t zero_bytes = stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent +
+                        stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent;
+  if (options.stage == 0) zero_bytes += stats.per_kind[ZRT_COLL_ALL_REDUCE].user.bytes_sent;
   // A run resumed from a checkpoint (--resume) trained from first_step on.
   const double bytes_per_step =
       static_cast<double>(zero_bytes) / std::max(1, options.steps - first_step);
@@ -137,8 +137,8 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   // Stage 0's all-reduce picks its algorithm by size: a small bucket may go by direct exchange,
   // which sends a bucket to each of the N-1 peers instead of the ring's 2(N-1)/N, so the ring
   // figure is a lower bound there and N/2 times it the upper bound. (The clipping norm's
-  // 16-byte all-reduce also shares that counter.) Stages 1-3 must match exactly.
-  const double slack = options.stage == 0 ? traffic_padded * (n / 2 - 1) + 64.0 * size : 0.5;
+  // all-reduce is internal traffic, not in these user counters.) Stages 1-3 must match exactly.
+  const double slack = options.stage == 0 ? traffic_padded * (n / 2 - 1) + 0.5 : 0.5;
   const bool traffic_ok = size == 1 ? bytes_per_step == 0
                                     : bytes_per_step + 0.5 >= traffic_formula &&
                                           bytes_per_step <= traffic_padded + slack;

@@ -350,6 +350,8 @@ typedef enum zrt_coll_kind ZRT_ENUM_TYPE {
   ZRT_COLL_KIND_COUNT = 8
 } zrt_coll_kind_t;
 
+/* Counters of operations that completed. A fixed layout: it is an array element, so it never
+ * grows (new counters would be new fields of zrt_comm_stats_t). */
 typedef struct zrt_coll_counters {
   uint64_t calls;          /* operations completed */
   uint64_t bytes_sent;     /* payload bytes this rank sent to other ranks */
@@ -357,16 +359,32 @@ typedef struct zrt_coll_counters {
   uint64_t busy_ns;        /* wall time from start to completion, summed over operations */
 } zrt_coll_counters_t;
 
+/* One collective kind's counters, the caller's and zrt's own apart. */
+typedef struct zrt_coll_kind_stats {
+  zrt_coll_counters_t user;     /* operations the caller asked for (see zrt_comm_stats_t) */
+  zrt_coll_counters_t internal; /* zrt's own exchanges of this kind */
+} zrt_coll_kind_stats_t;
+
+/* Size first; grows at the end only: a new collective kind lengthens per_kind, hence last. */
 typedef struct zrt_comm_stats {
   size_t size; /* sizeof(zrt_comm_stats_t) as the caller compiled it; set before the call */
-  zrt_coll_counters_t per_kind[ZRT_COLL_KIND_COUNT];
-  zrt_coll_counters_t total;
+  /* The caller's operations, all kinds: the collectives of this API (zrt_all_reduce ...
+   * zrt_barrier) and the partition managers' parameter gathers and gradient reductions (the
+   * ZeRO traffic). */
+  zrt_coll_counters_t user;
+  /* zrt's own exchanges, all kinds: agreements, step votes, gradient norms, configuration
+   * checks, splits, closing barriers. */
+  zrt_coll_counters_t internal;
+  zrt_coll_kind_stats_t per_kind[ZRT_COLL_KIND_COUNT]; /* indexed by zrt_coll_kind_t */
 } zrt_comm_stats_t;
 
 /* Reads the communicator's counters since creation or the last reset (only completed
- * operations count). stats->size must be set. Thread-safe.
- * Errors: ZRT_INVALID_ARGUMENT (NULL, or stats->size too small). */
+ * operations count; the order checker's fingerprints never do). Writes the fields that the
+ * caller's stats->size covers, at most sizeof(zrt_comm_stats_t) bytes, and never stats->size
+ * itself: a caller built against an older, shorter struct gets its prefix. Thread-safe.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL, or stats->size does not cover `user`). */
 ZRT_API zrt_status_t zrt_comm_stats(zrt_comm_t comm, zrt_comm_stats_t* stats);
+/* Sets every counter of the communicator to zero. Thread-safe. Errors: ZRT_INVALID_ARGUMENT. */
 ZRT_API zrt_status_t zrt_comm_stats_reset(zrt_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------

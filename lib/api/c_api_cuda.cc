@@ -46,9 +46,7 @@ Status ensure_device(zrt_comm* comm, std::shared_ptr<DeviceContext>* context) {
     args.recvbuf = output;
     args.count = bytes;
     args.dtype = ZRT_U8;
-    args.purpose = Purpose::kInternal;
-    ZRT_RETURN_IF_ERROR(enqueue_collective(host.default_stream(), host.rank(), host.size(), args));
-    return host.default_stream().synchronize();
+    return host.run_internal(args, "exchanging the NCCL unique id");
   };
   std::shared_ptr<DeviceContext> made;
   ZRT_RETURN_IF_ERROR(create_device_context(options, allgather, &made));

@@ -20,35 +20,15 @@ Status exchange_reports(Communicator& comm, const Status& local, const uint64_t 
     (*all)[0] = mine;
     return Status::ok();
   }
-  // Gathered at rank 0 by point-to-point, then broadcast: kinds the training traffic figures
-  // (reduce-scatter, all-gather, all-reduce) do not count, so a save between steps leaves them
-  // exact.
-  Stream& stream = comm.default_stream();
-  const int rank = comm.rank(), size = comm.size();
-  (*all)[static_cast<size_t>(rank)] = mine;
-  auto enqueue = [&](zrt_coll_kind_t kind, void* buffer, size_t bytes, int peer) {
-    CollectiveArgs args;
-    args.kind = kind;
-    args.sendbuf = buffer;
-    args.recvbuf = buffer;
-    args.count = bytes;
-    args.dtype = ZRT_U8;
-    args.peer = peer;
-    args.root = 0;
-    args.purpose = Purpose::kInternal;
-    return enqueue_collective(stream, rank, size, args);
-  };
-  if (rank == 0) {
-    for (int r = 1; r < size; ++r) {
-      ZRT_RETURN_IF_ERROR(
-          enqueue(ZRT_COLL_RECV, &(*all)[static_cast<size_t>(r)], sizeof(RankReport), r));
-    }
-  } else {
-    ZRT_RETURN_IF_ERROR(enqueue(ZRT_COLL_SEND, &mine, sizeof(RankReport), 0));
-  }
-  ZRT_RETURN_IF_ERROR(
-      enqueue(ZRT_COLL_BROADCAST, all->data(), sizeof(RankReport) * static_cast<size_t>(size), -1));
-  return stream.synchronize().with_context("exchanging the checkpoint outcome of every rank");
+  // One all-gather: internal traffic is counted apart from the training figures, so the
+  // exchange needs no detour through kinds those figures ignore.
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = &mine;
+  args.recvbuf = all->data();
+  args.count = sizeof(RankReport);
+  args.dtype = ZRT_U8;
+  return comm.run_internal(args, "exchanging the checkpoint outcome of every rank");
 }
 
 Status verdict(const std::vector<RankReport>& all) {

@@ -21,7 +21,7 @@ struct RankReport {
 };
 static_assert(sizeof(RankReport) == 512);
 
-// Exchanges every rank's `local` status and values (sent to rank 0, then broadcast). Collective;
+// Exchanges every rank's `local` status and values (an internal all-gather). Collective;
 // `all` has one report per rank. Fails only when the exchange itself fails.
 Status exchange_reports(Communicator& comm, const Status& local, const uint64_t (&values)[3],
                         std::vector<RankReport>* all);

@@ -84,10 +84,7 @@ Status gather_segment(Communicator& comm, const PartitionManager& pm, const Segm
   args.recvbuf = buffer->data();
   args.count = seg.slice;
   args.dtype = ZRT_F32;
-  args.purpose = Purpose::kInternal;
-  Stream& stream = comm.default_stream();
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, comm.rank(), comm.size(), args));
-  return stream.synchronize().with_context("gathering a segment of master weights for export");
+  return comm.run_internal(args, "gathering a segment of master weights for export");
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "collectives/collectives.h"
+#include "collectives/internal.h"
 #include "lib/core/log.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -43,16 +43,14 @@ struct SplitRecord {
 
 // All-gathers `bytes` bytes per rank over `stream` and waits for it.
 Status gather_bytes(Stream& stream, int rank, int size, const void* input, void* output,
-                    size_t bytes) {
+                    size_t bytes, const char* what) {
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;
   args.sendbuf = input;
   args.recvbuf = output;
   args.count = bytes;
   args.dtype = ZRT_U8;
-  args.purpose = Purpose::kInternal;
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, rank, size, args));
-  return stream.synchronize();
+  return run_internal_collective(stream, rank, size, args, what);
 }
 
 }  // namespace
@@ -117,9 +115,8 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   mine.host = host_hash();
   mine.address_length = worker != nullptr ? static_cast<uint32_t>(worker->address().size()) : 0;
   std::vector<SplitRecord> records(size_);
-  ZRT_RETURN_IF_ERROR(
-      gather_bytes(*default_stream_, rank_, size_, &mine, records.data(), sizeof(SplitRecord))
-          .with_context("split: exchanging colors"));
+  ZRT_RETURN_IF_ERROR(gather_bytes(*default_stream_, rank_, size_, &mine, records.data(),
+                                   sizeof(SplitRecord), "split: exchanging colors"));
   uint32_t longest = 0;
   for (const SplitRecord& record : records) longest = std::max(longest, record.address_length);
   std::vector<uint8_t> padded(longest, 0), addresses(static_cast<size_t>(longest) * size_);
@@ -127,9 +124,9 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     std::memcpy(padded.data(), worker->address().data(), worker->address().size());
   }
   if (longest > 0) {
-    ZRT_RETURN_IF_ERROR(
-        gather_bytes(*default_stream_, rank_, size_, padded.data(), addresses.data(), longest)
-            .with_context("split: exchanging worker addresses"));
+    ZRT_RETURN_IF_ERROR(gather_bytes(*default_stream_, rank_, size_, padded.data(),
+                                     addresses.data(), longest,
+                                     "split: exchanging worker addresses"));
   }
   if (color == ZRT_SPLIT_NOCOLOR) {
     communicator->reset();
@@ -168,6 +165,10 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   return Status::ok();
 }
 
+Status Communicator::run_internal(const CollectiveArgs& args, const std::string& what) {
+  return run_internal_collective(*default_stream_, rank_, size_, args, what);
+}
+
 // Teardown in step with the peers: finish our own work, meet everyone in a barrier (so no rank
 // closes connections a peer still needs), stop the progress thread, then let the transport say
 // farewell and close. After a failure only the local steps run; each is bounded by the timeout.
@@ -182,12 +183,10 @@ Status Communicator::destroy() {
   };
   if (default_stream_ != nullptr) keep_first(default_stream_->synchronize());
   if (first.is_ok() && engine_->error().is_ok() && size_ > 1) {
-    CollectiveArgs args;
-    args.kind = ZRT_COLL_BARRIER;
-    args.purpose = Purpose::kInternal;
-    Status status = enqueue_collective(*default_stream_, rank_, size_, args);
-    if (status.is_ok()) status = default_stream_->synchronize();
-    keep_first(status.with_context("destroy: closing barrier"));
+    CollectiveArgs barrier;
+    barrier.kind = ZRT_COLL_BARRIER;
+    keep_first(run_internal_collective(*default_stream_, rank_, size_, barrier,
+                                       "destroy: closing barrier"));
   }
   keep_first(engine_->shutdown());
   default_stream_ = nullptr;

@@ -16,6 +16,8 @@
 
 namespace zrt {
 
+struct CollectiveArgs;
+
 struct CommOptions {
   int64_t timeout_ms = 60000;
   std::string name = "zrt";
@@ -50,6 +52,11 @@ class Communicator {
   ProgressEngine& engine() { return *engine_; }
   Transport& transport() { return *transport_; }
   Stream& default_stream() { return *default_stream_; }
+
+  // One of zrt's own blocking exchanges on the default stream (run_internal_collective,
+  // collectives/internal.h): counted apart from the caller's traffic, waited for, errors
+  // carrying `what`. Collective.
+  Status run_internal(const CollectiveArgs& args, const std::string& what);
 
   // Ranks with equal color form a new communicator ordered by (key, old rank). Collective.
   // color == ZRT_SPLIT_NOCOLOR yields a null *communicator.

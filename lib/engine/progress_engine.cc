@@ -289,7 +289,8 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
     const auto busy =
         std::chrono::duration_cast<std::chrono::nanoseconds>(now - stream.start_time_).count();
-    counters_.add(kind, task.bytes_sent(), task.bytes_received(), static_cast<uint64_t>(busy));
+    counters_.add(kind, task.internal(), task.bytes_sent(), task.bytes_received(),
+                  static_cast<uint64_t>(busy));
   }
   if (task.check_messages_sent() > 0) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());

@@ -57,6 +57,9 @@ class Task {
 
   // For counters and logs.
   virtual zrt_coll_kind_t kind() const = 0;
+  // zrt's own exchange (an agreement, a split, a closing barrier), not the caller's: counted
+  // apart (CommCounters) so that the caller's figures hold only its own traffic.
+  virtual bool internal() const { return false; }
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
   // Bytes and messages the collective-order checker sent for this task: counted apart from the

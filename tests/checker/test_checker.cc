@@ -251,10 +251,10 @@ TEST(OrderCheck, CountersKeepPayloadApartAndCheckOffSendsNothing) {
           rig.engine->counters().snapshot(&stats);
           // The ring moves exactly (N-1) blocks each way, whether or not the checker runs.
           const uint64_t ring_bytes = uint64_t{4} * count * 4 * (size - 1);
-          EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent, ring_bytes);
-          EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_received, ring_bytes);
-          EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, ring_bytes);
-          EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_received, ring_bytes);
+          EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent, ring_bytes);
+          EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_received, ring_bytes);
+          EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, ring_bytes);
+          EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_received, ring_bytes);
           const uint64_t messages = check[0] == '1' ? uint64_t{8} * (size - 1) : 0;
           EXPECT_EQ(rig.engine->counters().check_messages(), messages);
           EXPECT_EQ(rig.engine->counters().check_bytes(), messages * sizeof(OrderFingerprint));

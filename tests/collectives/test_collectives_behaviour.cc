@@ -1,6 +1,7 @@
 // Collectives beyond the value matrix: two streams in flight at once, events between streams,
-// byte counters (S(N-1)/N exactly for ring reduce-scatter and all-gather), point-to-point
-// (including to oneself), forced algorithms (ZRT_ALGO), and every kind of bad argument.
+// byte counters (S(N-1)/N exactly for ring reduce-scatter and all-gather; internal collectives
+// counted apart), point-to-point (including to oneself), forced algorithms (ZRT_ALGO), and every
+// kind of bad argument.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "collectives/algorithm.h"
+#include "collectives/internal.h"
 #include "tests/collectives/rig.h"
 #include "tests/collectives/values.h"
 #include "tests/harness/multirank.h"
@@ -102,17 +104,55 @@ TEST(Collectives, RingBytesAreExactlySTimesNMinusOneOverN) {
     rig.engine->counters().snapshot(&stats);
     const uint64_t total_bytes = count * size * sizeof(float);  // S
     const uint64_t expected = total_bytes * (size - 1) / size;
-    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent, expected);
-    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_received, expected);
-    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, expected);
-    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_received, expected);
-    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].calls, 1u);
-    EXPECT_GT(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].busy_ns, 0u);
-    EXPECT_EQ(stats.total.bytes_sent, 2 * expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_received, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_received, expected);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.calls, 1u);
+    EXPECT_GT(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.busy_ns, 0u);
+    EXPECT_EQ(stats.user.bytes_sent, 2 * expected);
     rig.engine->counters().reset();
     rig.engine->counters().snapshot(&stats);
-    EXPECT_EQ(stats.total.calls, 0u);
-    EXPECT_EQ(stats.total.bytes_sent, 0u);
+    EXPECT_EQ(stats.user.calls, 0u);
+    EXPECT_EQ(stats.user.bytes_sent, 0u);
+  });
+}
+
+// An internal collective (run_internal_collective) counts on the internal side only, a plain
+// one on the user side only, with the same bytes either way; an error carries the caller's
+// context.
+TEST(Collectives, InternalCollectivesCountApartFromUserOnes) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "internal"));
+    const size_t count = 1000;  // per rank
+    std::vector<float> mine(count, 1.0f), all(count * size);
+    rig.engine->counters().reset();
+    ASSERT_OK(run_internal_collective(rig.stream(), rank, size,
+                                      make(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count),
+                                      "test gather"));
+    for (float v : all) ASSERT_EQ(v, 1.0f);
+    zrt_comm_stats_t stats{};
+    rig.engine->counters().snapshot(&stats);
+    const uint64_t expected = count * sizeof(float) * (size - 1);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].internal.calls, 1u);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].internal.bytes_sent, expected);
+    EXPECT_EQ(stats.internal.bytes_sent, expected);
+    EXPECT_EQ(stats.user.calls, 0u);
+    EXPECT_EQ(stats.user.bytes_sent, 0u);
+
+    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count)));
+    rig.engine->counters().snapshot(&stats);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.calls, 1u);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, expected);
+    EXPECT_EQ(stats.internal.calls, 1u);
+    EXPECT_EQ(stats.internal.bytes_sent, expected);
+
+    const Status bad = run_internal_collective(
+        rig.stream(), rank, size, make(ZRT_COLL_ALL_GATHER, nullptr, all.data(), count),
+        "test gather");
+    EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
+    EXPECT_EQ(bad.message().rfind("test gather: ", 0), 0u) << bad.message();
   });
 }
 

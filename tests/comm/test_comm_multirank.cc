@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -148,16 +150,17 @@ TEST(CommOps, PremulOpsStatsAbort) {
     EXPECT_NE(std::string(zrt_last_error()).find("built-in"), std::string::npos);
 
     zrt_comm_stats_t stats{};
-    stats.size = sizeof(stats) - 1;
+    // Shorter (older) structs are accepted down to the end of `user` (CommStats below).
+    stats.size = offsetof(zrt_comm_stats_t, user) + sizeof(zrt_coll_counters_t) - 1;
     EXPECT_EQ(zrt_comm_stats(comm, &stats), ZRT_INVALID_ARGUMENT);
     EXPECT_NE(std::string(zrt_last_error()).find("stats->size"), std::string::npos);
     barrier(comm);
     stats.size = sizeof(stats);
     EXPECT_OK(zrt_comm_stats(comm, &stats));
-    EXPECT_GE(stats.per_kind[ZRT_COLL_BARRIER].calls, 1u);
+    EXPECT_GE(stats.per_kind[ZRT_COLL_BARRIER].user.calls, 1u);
     EXPECT_OK(zrt_comm_stats_reset(comm));
     EXPECT_OK(zrt_comm_stats(comm, &stats));
-    EXPECT_EQ(stats.total.calls, 0u);
+    EXPECT_EQ(stats.user.calls, 0u);
 
     // Both ranks are done talking before either aborts, and both have aborted before either
     // closes (a local close after an abort looks like a failure to a peer still running).
@@ -168,6 +171,83 @@ TEST(CommOps, PremulOpsStatsAbort) {
     EXPECT_NE(std::string(zrt_last_error()).find("aborted"), std::string::npos);
     file_barrier(oob, size);
     zrt_comm_destroy(comm);  // local after an abort: returns, whatever status
+  });
+}
+
+// The stats layout (size first, the per-kind array last): older callers rely on these offsets.
+static_assert(offsetof(zrt_comm_stats_t, size) == 0);
+static_assert(offsetof(zrt_comm_stats_t, user) == 8);
+static_assert(offsetof(zrt_comm_stats_t, internal) == 40);
+static_assert(offsetof(zrt_comm_stats_t, per_kind) == 72);
+static_assert(sizeof(zrt_comm_stats_t) == 72 + ZRT_COLL_KIND_COUNT * 64);
+static_assert(sizeof(zrt_coll_counters_t) == 32 && offsetof(zrt_coll_counters_t, busy_ns) == 24);
+static_assert(offsetof(zrt_coll_kind_stats_t, internal) == 32);
+
+// zrt's own exchanges (a split's all-gathers) count on the internal side and a user all-reduce
+// on the user side; an older, shorter stats struct gets exactly its prefix and nothing past it.
+TEST(CommStats, UserAndInternalApartAndOlderSizes) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    FileOob oob(run_dir(), "stats", rank, size);
+    zrt_comm_t comm = nullptr;
+    ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+    ASSERT_OK(zrt_comm_stats_reset(comm));
+    zrt_comm_t child = nullptr;
+    ASSERT_OK(zrt_comm_split(comm, 0, rank, nullptr, &child));
+    ASSERT_NE(child, nullptr);
+    zrt_comm_stats_t stats{};
+    stats.size = sizeof(stats);
+    ASSERT_OK(zrt_comm_stats(comm, &stats));
+    EXPECT_EQ(stats.user.calls, 0u);
+    EXPECT_EQ(stats.user.bytes_sent, 0u);
+    EXPECT_GE(stats.per_kind[ZRT_COLL_ALL_GATHER].internal.calls, 1u);
+    EXPECT_GT(stats.per_kind[ZRT_COLL_ALL_GATHER].internal.bytes_sent, 0u);
+    EXPECT_EQ(stats.internal.bytes_sent, stats.per_kind[ZRT_COLL_ALL_GATHER].internal.bytes_sent);
+    const zrt_coll_counters_t split_traffic = stats.internal;
+
+    zrt_stream_t stream = nullptr;
+    ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+    std::vector<float> values(256, 1.0f);
+    EXPECT_OK(zrt_all_reduce(comm, values.data(), values.data(), values.size(), ZRT_F32, ZRT_SUM,
+                              stream));
+    EXPECT_OK(zrt_stream_synchronize(stream));
+    ASSERT_OK(zrt_comm_stats(comm, &stats));
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_REDUCE].user.calls, 1u);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_REDUCE].user.bytes_sent, values.size() * sizeof(float));
+    EXPECT_EQ(stats.user.calls, 1u);
+    EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_REDUCE].internal.calls, 0u);
+    EXPECT_EQ(stats.internal.calls, split_traffic.calls);
+    EXPECT_EQ(stats.internal.bytes_sent, split_traffic.bytes_sent);
+
+    // Older callers: a struct that ends after `user`, and one that ends before per_kind. The
+    // guard bytes past each size stay as they were; the prefix matches the full query.
+    for (size_t size_of_old :
+         {offsetof(zrt_comm_stats_t, internal), offsetof(zrt_comm_stats_t, per_kind)}) {
+      SCOPED_TRACE(size_of_old);
+      std::vector<unsigned char> raw(sizeof(zrt_comm_stats_t) + 64, 0xAB);
+      std::memcpy(raw.data(), &size_of_old, sizeof(size_of_old));
+      ASSERT_OK(zrt_comm_stats(comm, reinterpret_cast<zrt_comm_stats_t*>(raw.data())));
+      size_t size_after = 0;
+      std::memcpy(&size_after, raw.data(), sizeof(size_after));
+      EXPECT_EQ(size_after, size_of_old);
+      EXPECT_EQ(std::memcmp(raw.data() + sizeof(size_t),
+                            reinterpret_cast<const unsigned char*>(&stats) + sizeof(size_t),
+                            size_of_old - sizeof(size_t)),
+                0);
+      for (size_t i = size_of_old; i < raw.size(); ++i) ASSERT_EQ(raw[i], 0xAB) << "byte " << i;
+    }
+    // A newer caller's longer struct: zrt writes its own fields and nothing past them.
+    std::vector<unsigned char> raw(sizeof(zrt_comm_stats_t) + 64, 0xAB);
+    const size_t newer = raw.size();
+    std::memcpy(raw.data(), &newer, sizeof(newer));
+    ASSERT_OK(zrt_comm_stats(comm, reinterpret_cast<zrt_comm_stats_t*>(raw.data())));
+    EXPECT_EQ(std::memcmp(raw.data() + sizeof(size_t),
+                          reinterpret_cast<const unsigned char*>(&stats) + sizeof(size_t),
+                          sizeof(zrt_comm_stats_t) - sizeof(size_t)),
+              0);
+    for (size_t i = sizeof(zrt_comm_stats_t); i < raw.size(); ++i) ASSERT_EQ(raw[i], 0xAB);
+
+    EXPECT_OK(zrt_comm_destroy(child));
+    EXPECT_OK(zrt_comm_destroy(comm));
   });
 }
 

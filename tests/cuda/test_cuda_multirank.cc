@@ -206,7 +206,7 @@ void collectives_body(int rank, int size) {
   zrt_comm_stats_t stats;
   stats.size = sizeof(stats);
   ASSERT_OK(zrt_comm_stats(comm, &stats));
-  EXPECT_GE(stats.per_kind[ZRT_COLL_ALL_REDUCE].calls, 5u);
+  EXPECT_GE(stats.per_kind[ZRT_COLL_ALL_REDUCE].user.calls, 5u);
 
   EXPECT_OK(zrt_stream_destroy(wrapped));
   ASSERT_EQ(cudaStreamDestroy(framework), cudaSuccess);

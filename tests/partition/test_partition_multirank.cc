@@ -128,15 +128,18 @@ void traffic_body(int /*rank*/, int size) {
       train_zrt(comm, shape, o);
       const uint64_t per_pass = memory.padded_parameters * (size - 1) / size * sizeof(float);
       const uint64_t gathers = stage == 3 ? (recompute ? 3 : 2) : 1;
-      EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].bytes_sent, per_pass);
-      EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].bytes_sent, gathers * per_pass);
+      EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent, per_pass);
+      EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, gathers * per_pass);
       // The step's two votes (all-or-nothing, partition_step.cc) are a reduce + broadcast of
-      // N int32 each: counted apart from the ZeRO traffic, and independent of the model size.
-      const uint64_t votes = stats.per_kind[ZRT_COLL_REDUCE].bytes_sent +
-                             stats.per_kind[ZRT_COLL_BROADCAST].bytes_sent;
+      // N int32 each: internal traffic, counted apart from the ZeRO traffic, and independent of
+      // the model size.
+      const uint64_t votes = stats.per_kind[ZRT_COLL_REDUCE].internal.bytes_sent +
+                             stats.per_kind[ZRT_COLL_BROADCAST].internal.bytes_sent;
       EXPECT_GT(votes, 0u);
       EXPECT_LE(votes, 2u * 2 * size * size * sizeof(int32_t));
-      EXPECT_EQ(stats.total.bytes_sent, (gathers + 1) * per_pass + votes);
+      EXPECT_EQ(stats.user.bytes_sent, (gathers + 1) * per_pass);
+      EXPECT_EQ(stats.user.bytes_sent + stats.internal.bytes_sent,
+                (gathers + 1) * per_pass + votes);
     }
   }
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
@@ -414,7 +417,7 @@ void prefetch_next_step_body(int /*rank*/, int size) {
     zrt_comm_stats_t stats{};
     stats.size = sizeof(stats);
     EXPECT_EQ(zrt_comm_stats(comm, &stats), ZRT_SUCCESS) << zrt_last_error();
-    return stats.per_kind[kind].bytes_sent;
+    return stats.per_kind[kind].user.bytes_sent;
   };
   auto partition_stats = [&] {
     zrt_partition_stats_t stats{};
@@ -422,7 +425,7 @@ void prefetch_next_step_body(int /*rank*/, int size) {
     EXPECT_EQ(zrt_partition_stats(pm, &stats), ZRT_SUCCESS) << zrt_last_error();
     return stats;
   };
-  // From after finalize (its cross-rank check gathers a few bytes).
+  // From after finalize (its cross-rank check is internal traffic: not in these counters).
   uint64_t gathered = sent(ZRT_COLL_ALL_GATHER);
   uint64_t reduced = sent(ZRT_COLL_REDUCE_SCATTER);
   for (int step = 1; step <= 3; ++step) {

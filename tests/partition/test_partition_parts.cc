@@ -17,15 +17,10 @@
 #include "lib/partition/partition_resources.h"
 #include "lib/partition/step_transaction.h"
 #include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
 
 namespace zrt::testing {
 namespace {
-
-#define ASSERT_OK_STATUS(expr)                                \
-  do {                                                        \
-    const ::zrt::Status s_ = (expr);                          \
-    ASSERT_TRUE(s_.is_ok()) << #expr << ": " << s_.message(); \
-  } while (0)
 
 constexpr int kUnits = 3;
 
@@ -75,10 +70,10 @@ float average_grad(int size, int param) {
 void backward(Parts& parts) {
   for (int u = kUnits - 1; u >= 0; --u) {
     void* grad = nullptr;
-    ASSERT_OK_STATUS(parts.grads->grad_data(u, &grad));
+    ASSERT_OK(parts.grads->grad_data(u, &grad));
     float* g = static_cast<float*>(grad);
     for (size_t i = 0; i < parts.params[u].numel; ++i) g[i] = grad_value(parts.ctx.rank, u);
-    ASSERT_OK_STATUS(parts.grads->grad_ready(u));
+    ASSERT_OK(parts.grads->grad_ready(u));
   }
 }
 
@@ -95,7 +90,7 @@ void gather_window_body(int rank, int /*size*/) {
     options.prefetch_depth = 1;
     options.persistence_threshold = 0;
     Parts parts(communicator(comm), options);
-    ASSERT_OK_STATUS(parts.make());
+    ASSERT_OK(parts.make());
     const PartitionContext& ctx = parts.ctx;
     // The shard holds, at each segment element it owns, 1000 x segment + the element's index in
     // the segment: a gathered unit must read 0, 1, 2, ... after its segment's 1000 x s.
@@ -108,7 +103,7 @@ void gather_window_body(int rank, int /*size*/) {
     }
     GatherWindow& window = *parts.window;
     for (int u = 0; u < kUnits; ++u) {
-      ASSERT_OK_STATUS(window.fetch(u));
+      ASSERT_OK(window.fetch(u));
       EXPECT_TRUE(window.is_fetched(u));
       const int s = ctx.layout.units()[u].segment;
       const float* view = reinterpret_cast<const float*>(window.unit_view(u));
@@ -132,7 +127,7 @@ void gather_window_body(int rank, int /*size*/) {
     window.end_step();
     EXPECT_TRUE(window.stats().order_recorded);
     // A fetch out of the recorded order is still served, and drops the recording.
-    ASSERT_OK_STATUS(window.fetch(2));
+    ASSERT_OK(window.fetch(2));
     EXPECT_TRUE(window.stats().order_invalidated);
     EXPECT_EQ(window.first_fetched(), 2);
     window.release(2);
@@ -150,7 +145,7 @@ void gradient_pipeline_body(int /*rank*/, int size) {
     options.bucket_bytes = 256;  // several buckets, parameters straddle them (stages 0-2)
     options.persistence_threshold = 0;
     Parts parts(communicator(comm), options);
-    ASSERT_OK_STATUS(parts.make());
+    ASSERT_OK(parts.make());
     GradientPipeline& grads = *parts.grads;
     EXPECT_FALSE(grads.pending());
     // finish_reductions refuses before any synchronised micro-batch.
@@ -158,7 +153,7 @@ void gradient_pipeline_body(int /*rank*/, int size) {
     backward(parts);
     EXPECT_TRUE(grads.pending());
     EXPECT_FALSE(grads.microbatch_started());
-    ASSERT_OK_STATUS(grads.finish_reductions());
+    ASSERT_OK(grads.finish_reductions());
     const float* g = grads.optimizer_grad();
     double expected_sum = 0;
     for (const zrt_shard_piece_t& piece : parts.ctx.shard.pieces) {
@@ -173,14 +168,14 @@ void gradient_pipeline_body(int /*rank*/, int size) {
     }
     double norm = 0;
     bool nonfinite = true;
-    ASSERT_OK_STATUS(grads.grad_norm(&norm, &nonfinite));
+    ASSERT_OK(grads.grad_norm(&norm, &nonfinite));
     EXPECT_NEAR(norm, std::sqrt(expected_sum), 1e-6 * std::sqrt(expected_sum));
     EXPECT_FALSE(nonfinite);
     grads.end_step();
     EXPECT_FALSE(grads.pending());
     // The next step's first reductions overwrite the shard: the same gradients again.
     backward(parts);
-    ASSERT_OK_STATUS(grads.finish_reductions());
+    ASSERT_OK(grads.finish_reductions());
     g = grads.optimizer_grad();
     for (const zrt_shard_piece_t& piece : parts.ctx.shard.pieces) {
       ASSERT_EQ(g[piece.shard_offset], average_grad(size, piece.param)) << "second step";
@@ -208,7 +203,7 @@ void step_transaction_body(int rank, int size) {
     options.stage = 2;
     options.bucket_bytes = 256;
     Parts parts(communicator(comm), options);
-    ASSERT_OK_STATUS(parts.make());
+    ASSERT_OK(parts.make());
     const PartitionContext& ctx = parts.ctx;
     const size_t count = ctx.layout.shard_numel();
     std::fill_n(ctx.buffers.master, count, 1.0f);
@@ -219,10 +214,10 @@ void step_transaction_body(int rank, int size) {
     EXPECT_EQ(step.step_count(), 0);
 
     backward(parts);
-    ASSERT_OK_STATUS(step.step(sgd, &ok));
+    ASSERT_OK(step.step(sgd, &ok));
     EXPECT_EQ(step.step_count(), 1);
     // Published: every rank's full parameters hold every rank's update, after the gathers.
-    for (int u = 0; u < kUnits; ++u) ASSERT_OK_STATUS(parts.window->fetch(u));
+    for (int u = 0; u < kUnits; ++u) ASSERT_OK(parts.window->fetch(u));
     const float* full = reinterpret_cast<const float*>(ctx.buffers.full_params);
     for (int p = 0; p < kUnits; ++p) {
       const ParamLocation& loc = ctx.layout.params()[p];
@@ -236,7 +231,7 @@ void step_transaction_body(int rank, int size) {
     // A step whose optimizer fails on the last rank: every rank restores master from the backup.
     const std::vector<float> before(ctx.buffers.master, ctx.buffers.master + count);
     for (int u = 0; u < kUnits; ++u) {
-      ASSERT_OK_STATUS(parts.window->fetch(u));
+      ASSERT_OK(parts.window->fetch(u));
       step.on_fetch();  // a share of the backup behind each fetch
     }
     for (int u = 0; u < kUnits; ++u) parts.window->release(u);

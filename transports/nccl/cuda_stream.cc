@@ -353,7 +353,7 @@ Status CudaStream::enqueue_device_collectives(int rank, int size, const Collecti
     return status;
   }
   for (size_t i = 0; i < count; ++i) {
-    PendingCounts::Totals t{args[i].kind, 0, 0};
+    PendingCounts::Totals t{args[i].kind, args[i].purpose == Purpose::kInternal, 0, 0};
     traffic(args[i], rank, size, &t.sent, &t.received);
     pending.totals.push_back(t);
   }
@@ -394,7 +394,7 @@ void CudaStream::reap_counters() {
       }
       const uint64_t share = busy_ns / front.totals.size();
       for (const PendingCounts::Totals& t : front.totals) {
-        engine_.counters().add(t.kind, t.sent, t.received, share);
+        engine_.counters().add(t.kind, t.internal, t.sent, t.received, share);
       }
     } else {
       (void)cudaGetLastError();  // a failed stream: its work does not count

@@ -104,6 +104,7 @@ class CudaStream final : public Stream {
   struct PendingCounts {
     struct Totals {
       zrt_coll_kind_t kind;
+      bool internal;
       uint64_t sent;
       uint64_t received;
     };
