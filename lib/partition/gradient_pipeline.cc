@@ -404,10 +404,7 @@ Status GradientPipeline::all_reduce_norm(bool both) {
   args.count = both ? 2 : 1;
   args.dtype = ZRT_F64;
   args.op = ZRT_SUM;
-  args.purpose = Purpose::kInternal;
-  Stream& stream = ctx_.comm.default_stream();
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, args));
-  return stream.synchronize().with_context("all-reducing the gradient norm");
+  return ctx_.comm.run_internal(args, "all-reducing the gradient norm");
 }
 
 void GradientPipeline::end_step() {

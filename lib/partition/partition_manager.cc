@@ -85,10 +85,8 @@ Status PartitionManager::check_ranks_agree() {
   args.recvbuf = all.data();
   args.count = sizeof(mine);
   args.dtype = ZRT_U8;
-  args.purpose = Purpose::kInternal;
-  Stream& stream = ctx_.comm.default_stream();
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, size, args));
-  ZRT_RETURN_IF_ERROR(stream.synchronize());
+  ZRT_RETURN_IF_ERROR(ctx_.comm.run_internal(
+      args, "checking that every rank registered the same model and configuration"));
   std::string config_differs, model_differs;
   for (int r = 0; r < size; ++r) {
     if (all[2 * r] != all[0]) config_differs += fmt::format(" {}", r);

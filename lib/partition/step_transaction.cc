@@ -59,24 +59,16 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   codes->assign(static_cast<size_t>(ctx_.size), 0);
   (*codes)[static_cast<size_t>(ctx_.rank)] = own;
   if (ctx_.size == 1) return Status::ok();
-  // Reduce (max) to rank 0 and broadcast, rather than an all-gather: the vote then stays out of
-  // the reduce-scatter/all-gather/all-reduce counters, so the per-step ZeRO traffic figures
-  // (zrt_comm_stats) stay exactly the formula's.
-  CollectiveArgs reduce;
-  reduce.kind = ZRT_COLL_REDUCE;
-  reduce.sendbuf = codes->data();
-  reduce.recvbuf = codes->data();
-  reduce.count = codes->size();
-  reduce.dtype = ZRT_I32;
-  reduce.op = ZRT_MAX;
-  reduce.root = 0;
-  reduce.purpose = Purpose::kInternal;
-  CollectiveArgs bcast = reduce;
-  bcast.kind = ZRT_COLL_BROADCAST;
-  Stream& stream = ctx_.comm.default_stream();
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, reduce).with_context(what));
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.rank, ctx_.size, bcast).with_context(what));
-  return stream.synchronize().with_context(what);
+  // One all-reduce (max) of every rank's slot: each rank learns every code, and the vote is
+  // counted as internal traffic, apart from the ZeRO figures.
+  CollectiveArgs vote;
+  vote.kind = ZRT_COLL_ALL_REDUCE;
+  vote.sendbuf = codes->data();
+  vote.recvbuf = codes->data();
+  vote.count = codes->size();
+  vote.dtype = ZRT_I32;
+  vote.op = ZRT_MAX;
+  return ctx_.comm.run_internal(vote, what);
 }
 
 Status StepTransaction::copy_backup_range(size_t begin, size_t end, Stream* stream) {

@@ -27,7 +27,7 @@
 //   1. Prepare (local): usage checks, wait for the reductions (and the backup's copy), and for
 //      the last step's conversions and gathers still reading master or the parameters.
 //      Nothing is written. Vote 1: a max over every rank's
-//      status code (N int32, reduce + broadcast). Any failure: every rank returns before its
+//      status code (N int32, one internal all-reduce). Any failure: every rank returns before its
 //      optimizer, naming the ranks that failed.
 //   2. Optimize: copy master + state into the backup (step_backup) unless the copy started at
 //      the first fetch has already made it, run the callback. Vote 2:

@@ -105,7 +105,7 @@ INSTANTIATE_TEST_SUITE_P(PartitionMultirank, PartitionEquivalence, ::testing::Va
 
 // Bytes each rank sends in one step: P(N-1)/N elements per reduce-scatter or all-gather of the
 // whole (padded) model; stages 1/2 do one of each, stage 3 two gathers and one reduce-scatter,
-// plus one gather per recomputed unit; and the step's two tiny votes (reduce + broadcast).
+// plus one gather per recomputed unit; and the step's two tiny votes (internal all-reduces).
 void traffic_body(int /*rank*/, int size) {
   zrt_comm_t comm = make_comm();
   if (comm == nullptr) return;
@@ -130,11 +130,10 @@ void traffic_body(int /*rank*/, int size) {
       const uint64_t gathers = stage == 3 ? (recompute ? 3 : 2) : 1;
       EXPECT_EQ(stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent, per_pass);
       EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, gathers * per_pass);
-      // The step's two votes (all-or-nothing, partition_step.cc) are a reduce + broadcast of
+      // The step's two votes (all-or-nothing, step_transaction.h) are all-reduces (max) of
       // N int32 each: internal traffic, counted apart from the ZeRO traffic, and independent of
       // the model size.
-      const uint64_t votes = stats.per_kind[ZRT_COLL_REDUCE].internal.bytes_sent +
-                             stats.per_kind[ZRT_COLL_BROADCAST].internal.bytes_sent;
+      const uint64_t votes = stats.per_kind[ZRT_COLL_ALL_REDUCE].internal.bytes_sent;
       EXPECT_GT(votes, 0u);
       EXPECT_LE(votes, 2u * 2 * size * size * sizeof(int32_t));
       EXPECT_EQ(stats.user.bytes_sent, (gathers + 1) * per_pass);
