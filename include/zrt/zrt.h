@@ -18,21 +18,21 @@
  *    ZRT_REMOTE_ERROR or ZRT_TIMEOUT within the communicator's timeout.
  *  - Local and collective. "Local" calls involve no other rank. "Collective" calls must be made
  *    by every rank of the communicator, in the same order relative to its other collective
- *    calls, and return once every rank's part is done (or failed).
+ *    calls, and block until their exchange with the other ranks is done (or has failed).
  *  - Asynchronous work. Collectives and point-to-point calls are enqueued on a stream and return
  *    at once; their buffers must stay valid and unmodified until the work completes.
  *  - Threads. Functions on different communicators may run concurrently. Functions on one
  *    communicator may be called from several threads unless documented otherwise; work enqueued
  *    on one stream from several threads is ordered by the order of the calls. A partition
  *    manager is used from one thread at a time.
- *  - ABI. Every struct that can grow starts with its size in bytes (size_t; config structs then
- *    a magic and the header version) and only ever grows at its end; arrays would come last.
- *    The caller sets the size to sizeof the struct as it compiled it (the ZRT_..._INIT macros
- *    and zrt_..._init functions do). zrt accepts any size from the end of that header up to the
- *    struct it was built with: it reads a config's fields that the size covers and uses the
- *    defaults for the rest, and writes into a query struct only its first `size` bytes. A size
- *    below the header, or a config struct larger than this library knows (its new fields would
- *    be ignored), is ZRT_INVALID_ARGUMENT. Structs without a size never change.
+ *  - ABI. Every struct that can grow starts with its size in bytes (a size_t, `struct_size` in
+ *    zrt_oob_t; config structs then a magic and the header version) and only ever grows at its
+ *    end; arrays would come last. The caller sets the size to sizeof the struct as it compiled
+ *    it (the ZRT_..._INIT macros and zrt_..._init functions do). zrt accepts any size from the
+ *    end of that header on: it reads the config fields the size covers (the rest keep their
+ *    defaults) and writes only the first `size` bytes of a query struct. A size below the
+ *    header, or a config struct larger than this library knows (its new fields would be
+ *    ignored), is ZRT_INVALID_ARGUMENT. Structs without a size never change.
  */
 #ifndef ZRT_ZRT_H_
 #define ZRT_ZRT_H_
@@ -178,7 +178,7 @@ ZRT_API zrt_status_t zrt_comm_init_env(const zrt_comm_config_t* config, zrt_comm
  * zrt_comm_init_oob and zrt_comm_split, on the calling thread. */
 typedef struct zrt_oob {
   size_t struct_size; /* sizeof(zrt_oob_t) as the caller compiled it (`size` is the rank count) */
-  /* Starts gathering `bytes` bytes from every rank into recvbuf (rank r's at r * bytes). */
+  /* Starts gathering `bytes` bytes from every rank: rank r's land at recvbuf + r * bytes. */
   zrt_status_t (*allgather)(const void* sendbuf, void* recvbuf, size_t bytes, void* user_data,
                             void** request);
   zrt_status_t (*test)(void* request); /* ZRT_SUCCESS, ZRT_IN_PROGRESS, or an error */
