@@ -179,9 +179,22 @@ static void test_partition_config_load(void) {
  * invalid behind the size). */
 static zrt_partition_t make_partition(zrt_comm_t comm) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  struct {
+    zrt_partition_config_t config;
+    char newer_field[8];
+  } newer;
   zrt_partition_t pm = NULL;
   int unit = -1;
   int param = -1;
+  /* From a newer header than this library, or below the header: refused. */
+  memset(&newer, 0, sizeof newer);
+  newer.config = config;
+  newer.config.size = sizeof newer;
+  CHECK(zrt_partition_create(comm, &newer.config, &pm) == ZRT_INVALID_ARGUMENT);
+  CHECK(pm == NULL && strstr(zrt_last_error(), "config->size") != NULL);
+  config.size = offsetof(zrt_partition_config_t, version);
+  CHECK(zrt_partition_create(comm, &config, &pm) == ZRT_INVALID_ARGUMENT && pm == NULL);
+  config.size = sizeof config;
   config.stage = 3;
   config.prefetch_next_step = 7; /* refused if read */
   config.size = offsetof(zrt_partition_config_t, prefetch_next_step);
