@@ -180,8 +180,15 @@ struct Endpoint {
 void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) {
   const int rank = exchange.rank;
   const int size = exchange.size;
-  zrt_oob_t oob{file_allgather, file_test, file_free,           &exchange,
-                rank,           size,      size > 0 ? rank : 0, size};
+  zrt_oob_t oob{sizeof(zrt_oob_t),
+                file_allgather,
+                file_test,
+                file_free,
+                &exchange,
+                rank,
+                size,
+                size > 0 ? rank : 0,
+                size};
   check(zrt::create_oob_bootstrap(oob, 60000, &endpoint->bootstrap), "bootstrap");
   zrt::TransportOptions transport_options;
   check(zrt::create_ucx_transport(*endpoint->bootstrap, transport_options, &endpoint->transport),

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "lib/api/api_common.h"
+#include "lib/api/struct_abi.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/comm/communicator.h"
 #include "transports/nccl/device_context.h"
@@ -26,8 +27,43 @@ zrt_comm* make_handle(std::unique_ptr<zrt::Communicator> impl) {
   return handle;
 }
 
-Status check_oob(const zrt_oob_t* oob) {
+// The caller's config widened to a whole struct, so lib/comm never meets a short one; *use is
+// NULL (the defaults) when config is.
+Status read_comm_config(const zrt_comm_config_t* config, zrt_comm_config_t* full,
+                        const zrt_comm_config_t** use) {
+  *use = nullptr;
+  if (config == nullptr) return Status::ok();
+  ZRT_RETURN_IF_ERROR(zrt::api::check_input_size(config, "config->size", zrt::api::kConfigHeaderEnd,
+                                                 "ZRT_COMM_CONFIG_INIT or zrt_comm_config_init"));
+  const size_t size = config->size;
+  *full = ZRT_COMM_CONFIG_INIT;
+  full->magic = config->magic;
+  full->version = config->version;
+  if (ZRT_API_COVERS(size, zrt_comm_config_t, timeout_ms)) full->timeout_ms = config->timeout_ms;
+  if (ZRT_API_COVERS(size, zrt_comm_config_t, name)) full->name = config->name;
+  *use = full;
+  return Status::ok();
+}
+
+// The caller's oob widened to a whole struct (absent fields keep ZRT_OOB_INIT's values).
+Status read_oob(const zrt_oob_t* oob, zrt_oob_t* full) {
   ZRT_RETURN_IF_ERROR(check_not_null(oob, "oob"));
+  ZRT_RETURN_IF_ERROR(zrt::api::check_input_size(oob, "oob->struct_size", zrt::api::kQueryHeaderEnd,
+                                                 "ZRT_OOB_INIT or zrt_oob_init"));
+  const size_t size = oob->struct_size;
+  *full = ZRT_OOB_INIT;
+  if (ZRT_API_COVERS(size, zrt_oob_t, allgather)) full->allgather = oob->allgather;
+  if (ZRT_API_COVERS(size, zrt_oob_t, test)) full->test = oob->test;
+  if (ZRT_API_COVERS(size, zrt_oob_t, free)) full->free = oob->free;
+  if (ZRT_API_COVERS(size, zrt_oob_t, user_data)) full->user_data = oob->user_data;
+  if (ZRT_API_COVERS(size, zrt_oob_t, rank)) full->rank = oob->rank;
+  if (ZRT_API_COVERS(size, zrt_oob_t, size)) full->size = oob->size;
+  if (ZRT_API_COVERS(size, zrt_oob_t, local_rank)) full->local_rank = oob->local_rank;
+  if (ZRT_API_COVERS(size, zrt_oob_t, local_size)) full->local_size = oob->local_size;
+  return Status::ok();
+}
+
+Status check_oob(const zrt_oob_t* oob) {
   ZRT_RETURN_IF_ERROR(
       check_not_null(reinterpret_cast<const void*>(oob->allgather), "oob->allgather"));
   ZRT_RETURN_IF_ERROR(check_not_null(reinterpret_cast<const void*>(oob->test), "oob->test"));
@@ -98,11 +134,28 @@ Status free_handles(zrt_comm* comm) {
 
 extern "C" {
 
+zrt_status_t zrt_comm_config_init(zrt_comm_config_t* config, size_t size) {
+  ZRT_API_BODY("zrt_comm_config_init", {
+    const zrt_comm_config_t defaults = ZRT_COMM_CONFIG_INIT;
+    return zrt::api::init_prefix(config, size, defaults, zrt::api::kConfigHeaderEnd, "config");
+  });
+}
+
+zrt_status_t zrt_oob_init(zrt_oob_t* oob, size_t size) {
+  ZRT_API_BODY("zrt_oob_init", {
+    const zrt_oob_t defaults = ZRT_OOB_INIT;
+    return zrt::api::init_prefix(oob, size, defaults, zrt::api::kQueryHeaderEnd, "oob");
+  });
+}
+
 zrt_status_t zrt_comm_init_env(const zrt_comm_config_t* config, zrt_comm_t* comm) {
   ZRT_API_BODY("zrt_comm_init_env", {
     ZRT_RETURN_IF_ERROR(check_not_null(comm, "comm"));
+    zrt_comm_config_t full;
+    const zrt_comm_config_t* use = nullptr;
+    ZRT_RETURN_IF_ERROR(read_comm_config(config, &full, &use));
     zrt::CommOptions options;
-    ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(config, &options));
+    ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(use, &options));
     zrt::EnvRanks ranks;
     ZRT_RETURN_IF_ERROR(zrt::read_env_ranks(&ranks));
     std::unique_ptr<zrt::Bootstrap> bootstrap;
@@ -117,12 +170,17 @@ zrt_status_t zrt_comm_init_env(const zrt_comm_config_t* config, zrt_comm_t* comm
 zrt_status_t zrt_comm_init_oob(const zrt_oob_t* oob, const zrt_comm_config_t* config,
                                zrt_comm_t* comm) {
   ZRT_API_BODY("zrt_comm_init_oob", {
-    ZRT_RETURN_IF_ERROR(check_oob(oob));
+    zrt_oob_t full_oob;
+    ZRT_RETURN_IF_ERROR(read_oob(oob, &full_oob));
+    ZRT_RETURN_IF_ERROR(check_oob(&full_oob));
     ZRT_RETURN_IF_ERROR(check_not_null(comm, "comm"));
+    zrt_comm_config_t full_config;
+    const zrt_comm_config_t* use = nullptr;
+    ZRT_RETURN_IF_ERROR(read_comm_config(config, &full_config, &use));
     zrt::CommOptions options;
-    ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(config, &options));
+    ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(use, &options));
     std::unique_ptr<zrt::Bootstrap> bootstrap;
-    ZRT_RETURN_IF_ERROR(zrt::create_oob_bootstrap(*oob, options.timeout_ms, &bootstrap));
+    ZRT_RETURN_IF_ERROR(zrt::create_oob_bootstrap(full_oob, options.timeout_ms, &bootstrap));
     std::unique_ptr<zrt::Communicator> impl;
     ZRT_RETURN_IF_ERROR(zrt::Communicator::create(*bootstrap, options, &impl));
     *comm = make_handle(std::move(impl));
@@ -175,8 +233,11 @@ zrt_status_t zrt_comm_split(zrt_comm_t comm, int color, int key, const zrt_comm_
       return Status::invalid_argument(
           "color {} is negative (only ZRT_SPLIT_NOCOLOR = -1 is allowed)", color);
     }
+    zrt_comm_config_t full;
+    const zrt_comm_config_t* use = nullptr;
+    ZRT_RETURN_IF_ERROR(read_comm_config(config, &full, &use));
     zrt::CommOptions options = comm->impl->options();
-    if (config != nullptr) ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(config, &options));
+    if (use != nullptr) ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(use, &options));
     std::unique_ptr<zrt::Communicator> impl;
     ZRT_RETURN_IF_ERROR(comm->impl->split(color, key, options, &impl));
     zrt_comm* child = impl != nullptr ? make_handle(std::move(impl)) : nullptr;

@@ -7,6 +7,7 @@
 
 #include "lib/api/api_common.h"
 #include "lib/api/partition_handle.h"
+#include "lib/api/struct_abi.h"
 #include "lib/partition/config.h"
 #include "lib/partition/memory_model.h"
 #include "lib/partition/partition_manager.h"
@@ -17,30 +18,36 @@ zrt::Status check_pm(const zrt_partition* pm) {
   return zrt::api::check_partition_handle(pm);
 }
 
-// Output structs carry their size; the caller's must hold at least the first field after it.
-template <typename T, typename Field>
-zrt::Status check_sized(const T* out, const char* arg, size_t minimum_end) {
-  ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(out, arg));
-  if (out->size < minimum_end) {
-    return zrt::Status::invalid_argument("{}->size is {}; set it to sizeof the struct", arg,
-                                         out->size);
-  }
-  (void)sizeof(Field);
-  return zrt::Status::ok();
+// The partition config's fields beyond the caller's size are defaulted by lib/partition, which
+// reads them field by field; here only the bounds of the size.
+zrt::Status check_config(const zrt_partition_config_t* config) {
+  if (config == nullptr) return zrt::Status::ok();
+  return zrt::api::check_input_size(config, "config->size", zrt::api::kConfigHeaderEnd,
+                                    "ZRT_PARTITION_CONFIG_INIT or zrt_partition_config_init");
 }
 
 }  // namespace
 
 extern "C" {
 
+zrt_status_t zrt_partition_config_init(zrt_partition_config_t* config, size_t size) {
+  ZRT_API_BODY("zrt_partition_config_init", {
+    const zrt_partition_config_t defaults = ZRT_PARTITION_CONFIG_INIT;
+    return zrt::api::init_prefix(config, size, defaults, zrt::api::kConfigHeaderEnd, "config");
+  });
+}
+
 zrt_status_t zrt_partition_config_load(const char* path, zrt_partition_config_t* config) {
   ZRT_API_BODY("zrt_partition_config_load", {
     ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(path, "path"));
     ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(config, "config"));
+    ZRT_RETURN_IF_ERROR(check_config(config));
     zrt::PartitionOptions options;
     ZRT_RETURN_IF_ERROR(zrt::partition_options_from_config(config, &options));
     ZRT_RETURN_IF_ERROR(zrt::partition_options_load_json_file(path, &options));
-    zrt::partition_options_to_config(options, config);
+    zrt_partition_config_t full = ZRT_PARTITION_CONFIG_INIT;
+    zrt::partition_options_to_config(options, &full);
+    zrt::api::write_prefix(full, config, zrt::api::kConfigHeaderEnd);
     return zrt::Status::ok();
   });
 }
@@ -50,6 +57,7 @@ zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t*
   ZRT_API_BODY("zrt_partition_create", {
     ZRT_RETURN_IF_ERROR(zrt::api::check_comm(comm, "comm"));
     ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(pm, "pm"));
+    ZRT_RETURN_IF_ERROR(check_config(config));
     zrt::PartitionOptions options;
     ZRT_RETURN_IF_ERROR(zrt::partition_options_from_config(config, &options));
     // ZRT_MEM_CUDA: the communicator's NCCL side now (collective; a rank without a usable
@@ -119,11 +127,11 @@ zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, const void*
 zrt_status_t zrt_partition_param_info(zrt_partition_t pm, int param, zrt_param_info_t* info) {
   ZRT_API_BODY("zrt_partition_param_info", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    ZRT_RETURN_IF_ERROR(
-        (check_sized<zrt_param_info_t, int>(info, "info", sizeof(zrt_param_info_t))));
-    zrt_param_info_t out = *info;
-    ZRT_RETURN_IF_ERROR(pm->impl->param_info(param, &out));
-    *info = out;
+    ZRT_RETURN_IF_ERROR(zrt::api::check_query_size(info, "info"));
+    zrt_param_info_t full{};
+    full.size = sizeof(full);
+    ZRT_RETURN_IF_ERROR(pm->impl->param_info(param, &full));
+    zrt::api::write_prefix(full, info, zrt::api::kQueryHeaderEnd);
     return zrt::Status::ok();
   });
 }
@@ -205,12 +213,13 @@ zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, 
 zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory) {
   ZRT_API_BODY("zrt_partition_memory", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    // Structs compiled before step_backup was added end at padded_parameters.
-    ZRT_RETURN_IF_ERROR((check_sized<zrt_partition_memory_t, int>(
-        memory, "memory", offsetof(zrt_partition_memory_t, padded_parameters) + sizeof(uint64_t))));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_query_size(memory, "memory"));
     zrt::MemoryFigures figures;
     ZRT_RETURN_IF_ERROR(pm->impl->memory(&figures));
-    zrt::memory_figures_to_c(figures, memory);
+    zrt_partition_memory_t full{};
+    full.size = sizeof(full);
+    zrt::memory_figures_to_c(figures, &full);
+    zrt::api::write_prefix(full, memory, zrt::api::kQueryHeaderEnd);
     return zrt::Status::ok();
   });
 }
@@ -218,19 +227,21 @@ zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* me
 zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats_t* stats) {
   ZRT_API_BODY("zrt_partition_stats", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    ZRT_RETURN_IF_ERROR(
-        (check_sized<zrt_partition_stats_t, int>(stats, "stats", sizeof(zrt_partition_stats_t))));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_query_size(stats, "stats"));
     zrt::WindowStats s;
     ZRT_RETURN_IF_ERROR(pm->impl->window_stats(&s));
-    stats->fetches = s.fetches;
-    stats->gathers = s.gathers;
-    stats->prefetches = s.prefetches;
-    stats->prefetch_hits = s.prefetch_hits;
-    stats->evictions = s.evictions;
-    stats->max_gathered_units = s.max_gathered_units;
-    stats->max_gathered_bytes = s.max_gathered_bytes;
-    stats->order_recorded = s.order_recorded ? 1 : 0;
-    stats->order_invalidated = s.order_invalidated ? 1 : 0;
+    zrt_partition_stats_t full{};
+    full.size = sizeof(full);
+    full.fetches = s.fetches;
+    full.gathers = s.gathers;
+    full.prefetches = s.prefetches;
+    full.prefetch_hits = s.prefetch_hits;
+    full.evictions = s.evictions;
+    full.max_gathered_units = s.max_gathered_units;
+    full.max_gathered_bytes = s.max_gathered_bytes;
+    full.order_recorded = s.order_recorded ? 1 : 0;
+    full.order_invalidated = s.order_invalidated ? 1 : 0;
+    zrt::api::write_prefix(full, stats, zrt::api::kQueryHeaderEnd);
     return zrt::Status::ok();
   });
 }

@@ -74,8 +74,8 @@ void file_free(void* opaque) {
 }
 
 zrt_oob_t file_oob(FileOobState* state, int local_rank, int local_size) {
-  return zrt_oob_t{file_allgather, file_test,   file_free,  state,
-                   state->rank,    state->size, local_rank, local_size};
+  return zrt_oob_t{sizeof(zrt_oob_t), file_allgather, file_test,  file_free, state,
+                   state->rank,       state->size,    local_rank, local_size};
 }
 
 // A private folder for single-process tests, removed afterwards.

@@ -200,7 +200,7 @@ TEST(CommApi, NullHandlesAndPointers) {
 }
 
 TEST(CommApi, BadOobAndConfig) {
-  zrt_oob_t oob{dummy_allgather, dummy_test, dummy_free, nullptr, 0, 1, -1, -1};
+  zrt_oob_t oob{sizeof(zrt_oob_t), dummy_allgather, dummy_test, dummy_free, nullptr, 0, 1, -1, -1};
   zrt_comm_t comm = nullptr;
   zrt_oob_t bad = oob;
   bad.allgather = nullptr;

@@ -182,7 +182,7 @@ void invalid_call(World& w, std::mt19937_64& rng) {
       break;
     }
     case 25: {
-      zrt_oob_t oob{};
+      zrt_oob_t oob = ZRT_OOB_INIT;
       oob.rank = w.size;
       oob.size = w.size;
       zrt_comm_t comm = nullptr;

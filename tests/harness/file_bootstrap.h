@@ -42,7 +42,7 @@ class FileOob {
   int size_;
   int64_t timeout_ms_;
   uint64_t round_ = 0;
-  zrt_oob_t oob_{};
+  zrt_oob_t oob_ = ZRT_OOB_INIT;
 };
 
 }  // namespace zrt::testing
