@@ -21,6 +21,7 @@
 #include "collectives/window_reduce_scatter.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
+#include "lib/engine/device.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/stream_resources.h"
 
@@ -214,7 +215,13 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   }
 
   if (stream.mem_kind() != ZRT_MEM_HOST) {
-    return stream.enqueue_device_collectives(rank, size, &args, 1);
+    // Device streams run collectives as device calls, not as host Tasks.
+    auto* device = dynamic_cast<DeviceStream*>(&stream);
+    if (device == nullptr) {
+      return Status::error(ZRT_UNSUPPORTED, "{}: stream {} is neither a host nor a device stream",
+                           name, stream.index());
+    }
+    return device->enqueue_collectives(rank, size, &args, 1);
   }
 
   auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,

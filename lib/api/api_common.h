@@ -32,11 +32,6 @@ Status resolve_stream(zrt_comm* comm, zrt_stream* stream, const char* arg, zrt::
 // CUDA stream (initialising the communicator's NCCL side on first use, which is collective) and
 // appends the handle to comm->streams.
 Status create_cuda_stream(zrt_comm* comm, zrt_stream** out);
-// zrt_comm_split calls this on every rank of `parent` right after the host split, with `child`
-// NULL on ranks that passed ZRT_SPLIT_NOCOLOR: when the parent has an NCCL communicator, the
-// child's comes from ncclCommSplit (collective over the parent); otherwise nothing happens and
-// the child initialises NCCL on its first CUDA stream.
-Status split_device_context(zrt_comm* parent, int color, int key, zrt_comm* child);
 // The communicator's device context, initialising its NCCL side on first use (collective), for
 // layers that make their own CUDA streams (a ZRT_MEM_CUDA partition manager).
 Status device_context_for(zrt_comm* comm, std::shared_ptr<DeviceContext>* context);

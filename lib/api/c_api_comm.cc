@@ -10,7 +10,6 @@
 #include "lib/api/struct_abi.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/comm/communicator.h"
-#include "transports/nccl/device_context.h"
 
 using zrt::Status;
 using zrt::api::check_comm;
@@ -123,10 +122,7 @@ Status free_handles(zrt_comm* comm) {
     stream->magic = kDeadMagic;
     stream->impl = nullptr;
   }
-  {
-    std::lock_guard<std::mutex> lock(comm->device_mutex);
-    comm->device.reset();
-  }
+  comm->impl->release_device();
   return first;
 }
 
@@ -242,7 +238,8 @@ zrt_status_t zrt_comm_split(zrt_comm_t comm, int color, int key, const zrt_comm_
     ZRT_RETURN_IF_ERROR(comm->impl->split(color, key, options, &impl));
     zrt_comm* child = impl != nullptr ? make_handle(std::move(impl)) : nullptr;
     // Collective over the parent on every rank, NOCOLOR ones included (child NULL there).
-    Status status = zrt::api::split_device_context(comm, color, key, child);
+    Status status =
+        comm->impl->split_device(color, key, child != nullptr ? child->impl.get() : nullptr);
     if (!status.is_ok()) {
       if (child != nullptr) {
         (void)free_handles(child);
@@ -275,14 +272,9 @@ zrt_status_t zrt_comm_abort(zrt_comm_t comm) {
   ZRT_API_BODY("zrt_comm_abort", {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
     const Status reason(ZRT_REMOTE_ERROR, "communicator aborted");
+    // The NCCL side too (Communicator::abort), or kernels waiting on a dead peer would keep the
+    // device busy.
     comm->impl->abort(reason);
-    // The NCCL side too, or kernels waiting on a dead peer would keep the device busy.
-    std::shared_ptr<zrt::DeviceContext> device;
-    {
-      std::lock_guard<std::mutex> lock(comm->device_mutex);
-      device = comm->device;
-    }
-    if (device != nullptr) device->abort(reason);
     return Status::ok();
   });
 }
@@ -291,13 +283,7 @@ zrt_status_t zrt_comm_get_error(zrt_comm_t comm) {
   ZRT_API_BODY("zrt_comm_get_error", {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
     ZRT_RETURN_IF_ERROR(comm->impl->error());
-    std::shared_ptr<zrt::DeviceContext> device;
-    {
-      std::lock_guard<std::mutex> lock(comm->device_mutex);
-      device = comm->device;
-    }
-    if (device == nullptr) return Status::ok();
-    return device->error().with_context("the communicator's NCCL side");
+    return comm->impl->device_error().with_context("the communicator's NCCL side");
   });
 }
 

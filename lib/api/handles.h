@@ -18,10 +18,6 @@ inline constexpr uint32_t kDeadMagic = 0xdeadbeef;
 
 struct zrt_comm;
 
-namespace zrt {
-class DeviceContext;  // transports/nccl/device_context.h: the communicator's NCCL side
-}  // namespace zrt
-
 struct zrt_stream {
   uint32_t magic = kStreamMagic;
   zrt_comm* comm = nullptr;
@@ -49,9 +45,6 @@ struct zrt_comm {
   std::mutex handles_mutex;
   std::vector<std::unique_ptr<zrt_stream>> streams;
   std::vector<std::unique_ptr<zrt_event>> events;
-  // The NCCL communicator and device arena, created by the first CUDA stream (c_api_cuda.cc).
-  // Shared with every CUDA stream and event of this communicator, so it outlives them whatever
-  // order the handles are freed in.
-  std::mutex device_mutex;
-  std::shared_ptr<zrt::DeviceContext> device;
+  // The device side (NCCL, device arena) belongs to impl (Communicator::device), shared with
+  // every CUDA stream and event, so it outlives them whatever order the handles are freed in.
 };

@@ -11,6 +11,7 @@
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/settings.h"
 #include "lib/core/status.h"
+#include "lib/engine/device.h"
 #include "lib/engine/engine.h"
 #include "transports/transport.h"
 
@@ -67,8 +68,25 @@ class Communicator {
   // healthy. Returns the first error met; always leaves the object safe to delete.
   Status destroy();
 
-  void abort(const Status& reason) { engine_->abort(reason); }
+  // Fails the host side and, when it exists, the device side (ncclCommAbort, which releases
+  // kernels waiting on a dead peer). Any thread.
+  void abort(const Status& reason);
   Status error() const { return engine_->error(); }
+
+  // The device side (lib/engine/device.h: CUDA streams and events, NCCL, device memory and
+  // kernels), made on first use, which is collective: the NCCL unique id travels over the host
+  // path. ZRT_UNSUPPORTED, saying why, in builds without NCCL. Thread-safe (comm_device.cc).
+  Status device(std::shared_ptr<DeviceContext>* context);
+  // The device side's health: ok when it is healthy or was never made.
+  Status device_error() const;
+  // Called right after a host split on every rank of this communicator, with `child` null on
+  // ranks that passed ZRT_SPLIT_NOCOLOR: when this one has a device side, the child's comes
+  // from ncclCommSplit (collective over this communicator); otherwise nothing happens and the
+  // child makes its own on first use.
+  Status split_device(int color, int key, Communicator* child);
+  // Drops this communicator's hold on its device side; the device streams, events and
+  // partition managers that share it keep it alive until they go.
+  void release_device();
 
   // Communicator-scoped reductions (zrt_op_create_premul_sum). Thread-safe.
   Status create_premul_op(double scalar, zrt_op_t* op);
@@ -93,6 +111,9 @@ class Communicator {
   mutable std::mutex ops_mutex_;
   std::vector<double> premul_scalars_;  // index = op - ZRT_OP_COUNT
   std::vector<bool> premul_live_;
+
+  mutable std::mutex device_mutex_;
+  std::shared_ptr<DeviceContext> device_;  // made by device(), shared with its users
 };
 
 }  // namespace zrt

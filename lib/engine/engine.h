@@ -22,7 +22,6 @@ namespace zrt {
 class Transport;
 class ProgressEngine;
 class Event;
-struct CollectiveArgs;  // collectives/collectives.h
 
 class Stream {
  public:
@@ -44,16 +43,6 @@ class Stream {
   virtual int index() const = 0;  // creation order within the communicator
   virtual zrt_mem_kind_t mem_kind() const = 0;
   virtual ProgressEngine& engine() = 0;
-
-  // Device streams (mem_kind() == ZRT_MEM_CUDA, transports/nccl/cuda_stream.h) do not run host
-  // Tasks: their collectives are NCCL calls on the stream's cudaStream_t. enqueue_collective()
-  // therefore validates the arguments and then, for a ZRT_MEM_CUDA stream, calls this instead
-  // of building a Task. `count` > 1 enqueues the collectives as one batch (one NCCL group).
-  // rank/size are the communicator's. Host streams keep this default, which refuses.
-  virtual Status enqueue_device_collectives(int /*rank*/, int /*size*/,
-                                            const CollectiveArgs* /*args*/, size_t /*count*/) {
-    return Status(ZRT_UNSUPPORTED, "enqueue_device_collectives: not a CUDA stream");
-  }
 };
 
 class Event {

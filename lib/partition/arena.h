@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "lib/core/status.h"
+#include "lib/engine/arena_backend.h"
 #include "lib/partition/memory_model.h"
 
 namespace zrt {
@@ -29,13 +30,6 @@ enum class MemoryCategory : uint8_t {
   kGradStaging,
   kStepBackup,
   kCount
-};
-
-class ArenaBackend {
- public:
-  virtual ~ArenaBackend() = default;
-  virtual Status allocate(size_t bytes, void** block) = 0;  // zero-filled, touched
-  virtual void free(void* block) = 0;
 };
 
 // Transport-registered host memory, so that peers can access buckets and windows directly.

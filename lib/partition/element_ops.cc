@@ -54,10 +54,6 @@ class HostElementOps final : public ElementOps {
 
 }  // namespace
 
-Status ElementOps::run_on(Stream& stream, std::function<Status()> work, const char* name) {
-  return stream.enqueue_host_function(std::move(work), name);
-}
-
 std::unique_ptr<ElementOps> create_host_element_ops() {
   return std::make_unique<HostElementOps>();
 }

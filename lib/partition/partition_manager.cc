@@ -9,6 +9,7 @@
 #include "lib/comm/communicator.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
+#include "lib/engine/device.h"
 #include "lib/engine/engine.h"
 
 namespace zrt {

@@ -1,9 +1,8 @@
 #include "lib/partition/partition_resources.h"
 
 #include "lib/comm/communicator.h"
+#include "lib/engine/device.h"
 #include "lib/engine/engine.h"
-#include "lib/partition/device_ops.h"
-#include "transports/nccl/device_context.h"
 
 namespace zrt {
 
@@ -23,8 +22,8 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
                     "context (zrt_partition_create makes it)");
     }
     std::unique_ptr<ArenaBackend> backend;
-    ZRT_RETURN_IF_ERROR(create_device_arena_backend(device_->device(), &backend));
-    ZRT_RETURN_IF_ERROR(create_device_element_ops(device_->device(), &ops_));
+    ZRT_RETURN_IF_ERROR(device_->create_arena_backend(&backend));
+    ZRT_RETURN_IF_ERROR(device_->create_element_ops(&ops_));
     arena_ = std::make_unique<Arena>(std::move(backend));
   } else {
     arena_ = std::make_unique<Arena>(create_host_arena_backend(ctx.comm.transport()));

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/collectives.h"
+#include "lib/core/collective_args.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "transports/nccl/cuda_event.h"
@@ -171,7 +171,7 @@ Status CudaStream::enqueue(std::unique_ptr<Task> task) {
   if (task == nullptr) return Status::invalid_argument("task is NULL");
   return Status::invalid_usage(
       "{} enqueued on CUDA stream {}: host-memory tasks run on ZRT_MEM_HOST streams; a CUDA "
-      "stream runs collectives as NCCL calls (enqueue_device_collectives)",
+      "stream runs collectives as NCCL calls (enqueue_collectives)",
       task->describe(), index_);
 }
 
@@ -253,8 +253,8 @@ Status CudaStream::device_copy(const void* src, void* dst, size_t bytes) {
                      "cudaMemcpyAsync (send to own rank)");
 }
 
-Status CudaStream::enqueue_device_collectives(int rank, int size, const CollectiveArgs* args,
-                                              size_t count) {
+Status CudaStream::enqueue_collectives(int rank, int size, const CollectiveArgs* args,
+                                       size_t count) {
   if (count == 0) return Status::ok();
   if (args == nullptr) return Status::invalid_argument("args is NULL with count {}", count);
   ZRT_RETURN_IF_ERROR(state_->get());

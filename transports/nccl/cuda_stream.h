@@ -1,7 +1,8 @@
-// CudaStream: the Stream interface over a cudaStream_t. Collectives enqueued on it are NCCL calls
-// on that stream (Stream::enqueue_device_collectives); host functions are cudaLaunchHostFunc;
-// waits on CUDA events are cudaStreamWaitEvent, so ordering between the framework's compute
-// stream and zrt's all-gather / reduce-scatter streams never costs a host synchronisation.
+// CudaStream: the DeviceStream interface (lib/engine/device.h) over a cudaStream_t. Collectives
+// enqueued on it are NCCL calls on that stream (DeviceStream::enqueue_collectives); host functions
+// are cudaLaunchHostFunc; waits on CUDA events are cudaStreamWaitEvent, so ordering between the
+// framework's compute stream and zrt's all-gather / reduce-scatter streams never costs a host
+// synchronisation.
 //
 // A zrt-made stream is created non-blocking at the device's highest priority (communication
 // should overtake compute kernels queued earlier, as in ZeRO's overlap); a wrapped one
@@ -24,6 +25,8 @@
 #include <mutex>
 #include <vector>
 
+#include "lib/core/collective_args.h"
+#include "lib/engine/device.h"
 #include "lib/engine/engine.h"
 #include "transports/nccl/device_arena.h"
 #include "transports/nccl/nccl_comm.h"
@@ -51,7 +54,7 @@ struct CudaStreamResources {
   void* barrier_scratch = nullptr;       // 4 bytes of device memory
 };
 
-class CudaStream final : public Stream {
+class CudaStream final : public DeviceStream {
  public:
   // external == nullptr with owns == true: a new high-priority stream. Otherwise wraps
   // `external` (cudaStreamLegacy / 0 included), which must live as long as this object.
@@ -71,8 +74,8 @@ class CudaStream final : public Stream {
   // on this stream blocks until the event completes (bounded by the timeout); the event must
   // then stay alive until this stream has passed the wait.
   Status wait_event(Event& event) override;
-  Status enqueue_device_collectives(int rank, int size, const CollectiveArgs* args,
-                                    size_t count) override;
+  Status enqueue_collectives(int rank, int size, const CollectiveArgs* args, size_t count) override;
+  void* native_handle() const override { return static_cast<void*>(stream_); }
 
   int index() const override { return index_; }
   zrt_mem_kind_t mem_kind() const override { return ZRT_MEM_CUDA; }

@@ -8,6 +8,7 @@
 #include "transports/nccl/cuda_status.h"
 #include "transports/nccl/cuda_stream.h"
 #include "transports/nccl/device_arena.h"
+#include "transports/nccl/device_element_ops.h"
 #include "transports/nccl/device_probe.h"
 #include "transports/nccl/nccl_comm.h"
 
@@ -56,6 +57,14 @@ class NcclDeviceContext final : public DeviceContext {
         CudaEvent::create(device(), resources_.nccl->options().timeout_ms, engine, &made));
     *event = std::move(made);
     return Status::ok();
+  }
+
+  Status create_arena_backend(std::unique_ptr<ArenaBackend>* backend) override {
+    return create_device_arena_backend(device(), backend);
+  }
+
+  Status create_element_ops(std::unique_ptr<ElementOps>* ops) override {
+    return create_device_element_ops(device(), ops);
   }
 
   Status split(int color, int key, const DeviceContextOptions& child_options,
@@ -143,16 +152,6 @@ Status create_device_context(const DeviceContextOptions& options, const HostAllg
   ZRT_LOG_INFO("'{}' rank {} of {}: NCCL on CUDA device {}", options.name, options.rank,
                options.size, device);
   return NcclDeviceContext::make(std::move(nccl), context);
-}
-
-Status cuda_stream_handle(Stream& stream, void** cuda_stream) {
-  auto* cuda = dynamic_cast<CudaStream*>(&stream);
-  if (cuda == nullptr) {
-    return Status::invalid_argument("stream {} is a {} stream, not a CUDA stream", stream.index(),
-                                    stream.mem_kind() == ZRT_MEM_HOST ? "host" : "non-CUDA");
-  }
-  *cuda_stream = static_cast<void*>(cuda->cuda());
-  return Status::ok();
 }
 
 }  // namespace zrt

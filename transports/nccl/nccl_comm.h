@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/collectives.h"
+#include "lib/core/collective_args.h"
 #include "lib/core/status.h"
 #include "transports/nccl/device_probe.h"
 

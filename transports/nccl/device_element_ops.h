@@ -1,6 +1,8 @@
-// The ZRT_MEM_CUDA variants of the partition manager's two seams: an arena backend over one
-// DeviceArena block (ncclMemAlloc, so NCCL may register it, else cudaMalloc) and element ops
-// over the CUDA kernels of transports/nccl/device_kernels.h.
+// The ZRT_MEM_CUDA variants of the partition manager's two seams (lib/engine/arena_backend.h,
+// lib/engine/element_ops.h): an arena backend over one DeviceArena block (ncclMemAlloc, so NCCL
+// may register it, else cudaMalloc) and element ops over the CUDA kernels of
+// transports/nccl/device_kernels.h. The partition manager gets them from the communicator's
+// DeviceContext (lib/engine/device.h), never from here.
 //
 // Ordering without host synchronisation. The host ops finish before they return; a device op
 // that did the same would stall the training thread on every call. So the device ops have two
@@ -12,16 +14,13 @@
 // or blocking streams (its gradients, its optimizer). Unbound, an op runs on the ops' own stream
 // and waits for it: only calls off the training path (load_param, checkpoint copies, gradient
 // norm read-back, step preparation) take that route.
-//
-// Declared without CUDA headers, so the manager builds whether or not NCCL was found; without
-// NCCL both factories answer ZRT_UNSUPPORTED saying so.
 #pragma once
 
 #include <memory>
 
 #include "lib/core/status.h"
-#include "lib/partition/arena.h"
-#include "lib/partition/element_ops.h"
+#include "lib/engine/arena_backend.h"
+#include "lib/engine/element_ops.h"
 
 namespace zrt {
 

@@ -1,6 +1,4 @@
-#include "lib/partition/device_ops.h"
-
-#if defined(ZRT_HAVE_NCCL)
+#include "transports/nccl/device_element_ops.h"
 
 #include <cuda_runtime.h>
 
@@ -9,7 +7,6 @@
 #include "transports/nccl/cuda_status.h"
 #include "transports/nccl/cuda_stream.h"
 #include "transports/nccl/device_arena.h"
-#include "transports/nccl/device_context.h"
 #include "transports/nccl/device_kernels.h"
 
 namespace zrt {
@@ -139,10 +136,13 @@ class DeviceElementOps final : public ElementOps {
       bound_cuda_ = nullptr;
       return error_;
     }
-    void* handle = nullptr;
-    ZRT_RETURN_IF_ERROR(cuda_stream_of(*stream, &handle));
-    bound_ = dynamic_cast<CudaStream*>(stream);
-    bound_cuda_ = static_cast<cudaStream_t>(handle);
+    auto* cuda = dynamic_cast<CudaStream*>(stream);
+    if (cuda == nullptr) {
+      void* handle = nullptr;
+      return device_stream_handle(*stream, &handle);  // the error naming the stream
+    }
+    bound_ = cuda;
+    bound_cuda_ = cuda->cuda();
     // After the framework's kernels on its default (or any blocking) stream: its gradients and
     // its optimizer's updates. A device-side wait, never a host one.
     DeviceGuard guard;
@@ -164,10 +164,6 @@ class DeviceElementOps final : public ElementOps {
   }
 
  private:
-  static Status cuda_stream_of(Stream& stream, void** handle) {
-    return cuda_stream_handle(stream, handle);
-  }
-
   cudaStream_t current() const { return bound_cuda_ != nullptr ? bound_cuda_ : own_; }
 
   // Unbound calls keep the host ops' meaning (done on return); bound ones only launch. A
@@ -210,28 +206,3 @@ Status create_device_element_ops(int device, std::unique_ptr<ElementOps>* ops) {
 }
 
 }  // namespace zrt
-
-#else  // !ZRT_HAVE_NCCL
-
-namespace zrt {
-namespace {
-
-Status not_built() {
-  return Status(ZRT_UNSUPPORTED,
-                "zrt was built without NCCL (-Dnccl=disabled, or CUDA/NCCL not found at build "
-                "time): partition buffers in ZRT_MEM_CUDA memory are unavailable");
-}
-
-}  // namespace
-
-Status create_device_arena_backend(int /*device*/, std::unique_ptr<ArenaBackend>* /*backend*/) {
-  return not_built();
-}
-
-Status create_device_element_ops(int /*device*/, std::unique_ptr<ElementOps>* /*ops*/) {
-  return not_built();
-}
-
-}  // namespace zrt
-
-#endif
