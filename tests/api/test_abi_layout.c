@@ -1,8 +1,7 @@
 /* Pins the layout of every public struct of zrt.h (sizes and field offsets on LP64 Linux, the
  * platforms zrt ships for): reordering, inserting or resizing a field breaks the ABI of every
  * program built against an earlier header, and fails here. Growing a struct at its end (the ABI
- * rule at the top of zrt.h) changes only its SIZE line and adds a FIELD line. The traffic
- * counters (zrt_comm_stats_t, zrt_coll_counters_t) are not pinned here. Compiled as C. */
+ * rule at the top of zrt.h) changes only its SIZE line and adds a FIELD line. Compiled as C. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +43,24 @@ int main(void) {
   FIELD(zrt_oob_t, size, 44);
   FIELD(zrt_oob_t, local_rank, 48);
   FIELD(zrt_oob_t, local_size, 52);
+
+  SIZE(zrt_coll_counters_t, 32);
+  FIELD(zrt_coll_counters_t, calls, 0);
+  FIELD(zrt_coll_counters_t, bytes_sent, 8);
+  FIELD(zrt_coll_counters_t, bytes_received, 16);
+  FIELD(zrt_coll_counters_t, busy_ns, 24);
+
+  SIZE(zrt_coll_kind_stats_t, 64);
+  FIELD(zrt_coll_kind_stats_t, user, 0);
+  FIELD(zrt_coll_kind_stats_t, internal, 32);
+
+  /* per_kind is last: a new collective kind lengthens it, and only the SIZE line changes. */
+  SIZE(zrt_comm_stats_t, 584); /* 72 + 64 per kind, 8 kinds */
+  expect("ZRT_COLL_KIND_COUNT", ZRT_COLL_KIND_COUNT, 8);
+  FIELD(zrt_comm_stats_t, size, 0);
+  FIELD(zrt_comm_stats_t, user, 8);
+  FIELD(zrt_comm_stats_t, internal, 40);
+  FIELD(zrt_comm_stats_t, per_kind, 72);
 
   SIZE(zrt_partition_config_t, 104);
   FIELD(zrt_partition_config_t, size, 0);
