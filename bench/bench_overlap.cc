@@ -129,9 +129,9 @@ struct Timeline {
 // compute of a unit is a wait that leaves the CPU free, as a GPU kernel looks to the host; the
 // backward kernel writes the unit's gradient inside its wait. The optimizer is a kernel too, and
 // the callback returns once it is launched (with ZRT_MEM_CUDA zrt orders its publishing after
-// the framework's kernels on the device, zrt.h), so it has no wait: an update kernel streams
-// the shard at device memory bandwidth, a small share of a real step's compute (Adam moves 16
-// bytes per shard element; the model's compute is 6 FLOPs per parameter per token). An earlier
+// the framework's kernels on the device, docs/API.md), so it has no wait: an update kernel
+// streams the shard at device memory bandwidth, a small share of a real step's compute (Adam moves
+// 16 bytes per shard element; the model's compute is 6 FLOPs per parameter per token). An earlier
 // version waited as long as the host SGD below takes, about a fifth of the step here: time in
 // which no communication can run (the reductions must end before it, the gathers of stages 1/2
 // need its result), a share no device framework spends. Host (`host` argument): the framework

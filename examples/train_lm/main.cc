@@ -282,7 +282,8 @@ int run(const Options& options) {
     }
   }
   auto save_checkpoint = [&](int steps_done) -> zrt_status_t {
-    // A save's own messages are point-to-point and a broadcast, kinds the traffic check skips.
+    // A save's own messages (its agreements) are internal traffic, which the traffic check's
+    // user-side counters do not see.
     const zrt_status_t status = zrt_partition_save(pm, options.save_dir.c_str());
     if (status == ZRT_SUCCESS && rank == 0) {
       std::printf("saved step %d to %s\n", steps_done, options.save_dir.c_str());

@@ -390,7 +390,7 @@ typedef struct zrt_comm_stats {
    * ZeRO traffic). */
   zrt_coll_counters_t user;
   /* zrt's own exchanges, all kinds: agreements, step votes, gradient norms, configuration
-   * checks, splits, closing barriers. */
+   * checks, checkpoint export's gathers, the NCCL id exchange, splits, closing barriers. */
   zrt_coll_counters_t internal;
   zrt_coll_kind_stats_t per_kind[ZRT_COLL_KIND_COUNT]; /* indexed by zrt_coll_kind_t */
 } zrt_comm_stats_t;

@@ -32,8 +32,8 @@ class Bootstrap {
   virtual Status barrier() = 0;
 };
 
-// Ranks, local ranks and the store address as read from the environment (see zrt.h for the
-// variables and their precedence).
+// Ranks, local ranks and the store address as read from the environment (docs/API.md, "From the
+// environment", lists the variables and their precedence).
 struct EnvRanks {
   int rank = 0;
   int size = 1;
@@ -45,7 +45,7 @@ struct EnvRanks {
   int store_port = 0;
   std::string job_token;
   bool store_external = false;  // served by the launcher, not by rank 0
-  std::string source;            // which family of variables was used ("zrt", "torchrun", ...)
+  std::string source;           // which family of variables was used ("zrt", "torchrun", ...)
 };
 
 // Reads EnvRanks from the process environment. Errors name the malformed variable.

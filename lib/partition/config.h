@@ -12,7 +12,8 @@
 
 namespace zrt {
 
-// Defaults, and why (zrt.h repeats them for framework authors).
+// Defaults, and why (ZRT_PARTITION_CONFIG_INIT in zrt.h repeats the values, docs/API.md's
+// defaults table the reasons, for framework authors).
 struct PartitionOptions {
   // ZeRO stage. 2 halves gradient memory against stage 1 at the same traffic, so it is the
   // best default when the parameters still fit; 3 is opt-in because it adds 50% traffic.

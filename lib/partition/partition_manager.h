@@ -1,6 +1,7 @@
-// PartitionManager: the ZeRO stage-0/1/2/3 manager behind zrt_partition_t. zrt.h documents the
-// protocol; this class checks each call's arguments and the manager's state and hands the work
-// to its parts, which own their state:
+// PartitionManager: the ZeRO stage-0/1/2/3 manager behind zrt_partition_t
+// (docs/ARCHITECTURE.md#partition-manager). zrt.h states each call's contract and docs/API.md
+// the protocol; this class registers the model, finalizes, checks each call's arguments and the
+// manager's state and hands the work to its parts, which own their state:
 //   - GatherWindow (gather_window.h): fetch/release, stage 3's gather window and prefetcher;
 //   - GradientPipeline (gradient_pipeline.h): gradient windows, buckets, reductions,
 //     micro-batches, the gradient norm;
@@ -10,8 +11,9 @@
 // makes and frees its memory, streams and events.
 //
 // Threading: one training thread calls the manager; the progress thread runs the host
-// functions the manager enqueues after reductions (they touch only the grad shard and the
-// reduced bucket/segment, which the training thread leaves alone until it waits for them).
+// functions and piecewise tasks the parts enqueue (conversions of master, the backup's copies,
+// copies into buckets, accumulation after reductions), which touch only buffers the training
+// thread leaves alone until it waits for their events.
 #pragma once
 
 #include <cstdint>

@@ -39,8 +39,8 @@
 // Each vote is a max over N int32 codes (each rank's at its index) rather than over one flag:
 // the same latency for N x 4 bytes, and every rank learns who failed and how. Votes are skipped on
 // one rank. Without a backup, phase 2 failures cannot be undone: every rank still stops before
-// publishing (no rank waits in a gather a failed peer never joins), and zrt.h tells the framework
-// to reload a checkpoint.
+// publishing (no rank waits in a gather a failed peer never joins), and docs/API.md tells the
+// framework to reload a checkpoint.
 #pragma once
 
 #include <cstddef>
