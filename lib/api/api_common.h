@@ -40,15 +40,15 @@ Status device_context_for(zrt_comm* comm, std::shared_ptr<DeviceContext>* contex
 
 // Wraps the body of a C entry point: a Status-returning lambda body, exceptions turned into
 // ZRT_INTERNAL_ERROR / ZRT_OUT_OF_MEMORY so nothing escapes through the C boundary.
-#define ZRT_API_BODY(function_name, ...)                                                  \
-  do {                                                                                    \
-    try {                                                                                 \
-      ::zrt::Status zrt_api_status_ = [&]() -> ::zrt::Status { __VA_ARGS__ }();           \
-      return ::zrt::api::finish(function_name, zrt_api_status_);                          \
-    } catch (const std::bad_alloc&) {                                                     \
-      return ::zrt::api::finish(function_name,                                            \
-                                ::zrt::Status(ZRT_OUT_OF_MEMORY, "allocation failed"));   \
-    } catch (const std::exception& e) {                                                   \
+#define ZRT_API_BODY(function_name, ...)                                                     \
+  do {                                                                                       \
+    try {                                                                                    \
+      ::zrt::Status zrt_api_status_ = [&]() -> ::zrt::Status { __VA_ARGS__ }();              \
+      return ::zrt::api::finish(function_name, zrt_api_status_);                             \
+    } catch (const std::bad_alloc&) {                                                        \
+      return ::zrt::api::finish(function_name,                                               \
+                                ::zrt::Status(ZRT_OUT_OF_MEMORY, "allocation failed"));      \
+    } catch (const std::exception& e) {                                                      \
       return ::zrt::api::finish(function_name, ::zrt::Status(ZRT_INTERNAL_ERROR, e.what())); \
-    }                                                                                     \
+    }                                                                                        \
   } while (0)

@@ -44,20 +44,31 @@ thread_local int thread_rank = -1;
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kTrace: return "TRACE";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kTrace:
+      return "TRACE";
   }
   return "?";
 }
 
 }  // namespace
 
-LogLevel log_level() { return logger().level; }
-bool log_enabled(LogLevel level) { return static_cast<int>(level) <= static_cast<int>(logger().level); }
-void log_set_thread_rank(int rank) { thread_rank = rank; }
+LogLevel log_level() {
+  return logger().level;
+}
+bool log_enabled(LogLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(logger().level);
+}
+void log_set_thread_rank(int rank) {
+  thread_rank = rank;
+}
 
 void log_write(LogLevel level, std::string_view message) {
   Logger& log = logger();

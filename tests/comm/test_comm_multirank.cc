@@ -208,7 +208,7 @@ TEST(CommStats, UserAndInternalApartAndOlderSizes) {
     ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
     std::vector<float> values(256, 1.0f);
     EXPECT_OK(zrt_all_reduce(comm, values.data(), values.data(), values.size(), ZRT_F32, ZRT_SUM,
-                              stream));
+                             stream));
     EXPECT_OK(zrt_stream_synchronize(stream));
     ASSERT_OK(zrt_comm_stats(comm, &stats));
     EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_REDUCE].user.calls, 1u);
