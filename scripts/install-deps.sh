@@ -15,6 +15,7 @@ packages=(
   libfmt-dev                    # formatting (std::format is not in g++ 12)
   libopenblas-dev               # sgemm for the train_lm example's own kernels
   wamerican                     # /usr/share/dict/words: train_lm's corpus
+  patchelf                      # RPATHs of the GPU bundle (tests/gpu/bundle.sh)
 )
 
 missing=()
