@@ -71,13 +71,7 @@ Status Communicator::device(std::shared_ptr<DeviceContext>* context) {
   options.timeout_ms = options_.timeout_ms;
   options.name = options_.name;
   HostAllgather allgather = [this](const void* input, void* output, size_t bytes) -> Status {
-    CollectiveArgs args;
-    args.kind = ZRT_COLL_ALL_GATHER;
-    args.sendbuf = input;
-    args.recvbuf = output;
-    args.count = bytes;
-    args.dtype = ZRT_U8;
-    return run_internal(args, "exchanging the NCCL unique id");
+    return gather_internal(input, output, bytes, "exchanging the NCCL unique id");
   };
   std::shared_ptr<DeviceContext> made;
   ZRT_RETURN_IF_ERROR(create_device_context(options, allgather, &made));

@@ -41,18 +41,6 @@ struct SplitRecord {
   uint32_t reserved;
 };
 
-// All-gathers `bytes` bytes per rank over `stream` and waits for it.
-Status gather_bytes(Stream& stream, int rank, int size, const void* input, void* output,
-                    size_t bytes, const char* what) {
-  CollectiveArgs args;
-  args.kind = ZRT_COLL_ALL_GATHER;
-  args.sendbuf = input;
-  args.recvbuf = output;
-  args.count = bytes;
-  args.dtype = ZRT_U8;
-  return run_internal_collective(stream, rank, size, args, what);
-}
-
 }  // namespace
 
 Status Communicator::start_engine() {
@@ -115,8 +103,8 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   mine.host = host_hash();
   mine.address_length = worker != nullptr ? static_cast<uint32_t>(worker->address().size()) : 0;
   std::vector<SplitRecord> records(size_);
-  ZRT_RETURN_IF_ERROR(gather_bytes(*default_stream_, rank_, size_, &mine, records.data(),
-                                   sizeof(SplitRecord), "split: exchanging colors"));
+  ZRT_RETURN_IF_ERROR(
+      gather_internal(&mine, records.data(), sizeof(SplitRecord), "split: exchanging colors"));
   uint32_t longest = 0;
   for (const SplitRecord& record : records) longest = std::max(longest, record.address_length);
   std::vector<uint8_t> padded(longest, 0), addresses(static_cast<size_t>(longest) * size_);
@@ -124,9 +112,8 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     std::memcpy(padded.data(), worker->address().data(), worker->address().size());
   }
   if (longest > 0) {
-    ZRT_RETURN_IF_ERROR(gather_bytes(*default_stream_, rank_, size_, padded.data(),
-                                     addresses.data(), longest,
-                                     "split: exchanging worker addresses"));
+    ZRT_RETURN_IF_ERROR(gather_internal(padded.data(), addresses.data(), longest,
+                                        "split: exchanging worker addresses"));
   }
   if (color == ZRT_SPLIT_NOCOLOR) {
     communicator->reset();
@@ -167,6 +154,17 @@ Status Communicator::split(int color, int key, const CommOptions& options,
 
 Status Communicator::run_internal(const CollectiveArgs& args, const std::string& what) {
   return run_internal_collective(*default_stream_, rank_, size_, args, what);
+}
+
+Status Communicator::gather_internal(const void* input, void* output, size_t bytes,
+                                     const std::string& what) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = input;
+  args.recvbuf = output;
+  args.count = bytes;
+  args.dtype = ZRT_U8;
+  return run_internal(args, what);
 }
 
 // Teardown in step with the peers: finish our own work, meet everyone in a barrier (so no rank

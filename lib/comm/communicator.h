@@ -58,6 +58,8 @@ class Communicator {
   // collectives/internal.h): counted apart from the caller's traffic, waited for, errors
   // carrying `what`. Collective.
   Status run_internal(const CollectiveArgs& args, const std::string& what);
+  // run_internal of an all-gather of `bytes` bytes per rank (rank r's at output + r * bytes).
+  Status gather_internal(const void* input, void* output, size_t bytes, const std::string& what);
 
   // Ranks with equal color form a new communicator ordered by (key, old rank). Collective.
   // color == ZRT_SPLIT_NOCOLOR yields a null *communicator.
