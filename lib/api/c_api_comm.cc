@@ -1,8 +1,6 @@
 // zrt_comm_*, zrt_op_* and zrt_comm_stats*: the C layer over zrt::Communicator. A zrt_comm
 // handle owns the communicator and every stream/event handle made on it.
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -307,19 +305,15 @@ zrt_status_t zrt_comm_stats(zrt_comm_t comm, zrt_comm_stats_t* stats) {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
     ZRT_RETURN_IF_ERROR(check_not_null(stats, "stats"));
     // Every version of the struct starts with size and `user`: a caller built against an older,
-    // shorter one gets the prefix its size covers.
-    constexpr size_t kOldest = offsetof(zrt_comm_stats_t, user) + sizeof(zrt_coll_counters_t);
-    if (stats->size < kOldest) {
+    // shorter one gets the prefix its size covers (struct_abi.h).
+    if (!ZRT_API_COVERS(stats->size, zrt_comm_stats_t, user)) {
       return Status::invalid_argument(
           "stats->size is {}, expected at least {} (set it to sizeof(zrt_comm_stats_t))",
-          stats->size, kOldest);
+          stats->size, offsetof(zrt_comm_stats_t, user) + sizeof(zrt_coll_counters_t));
     }
     zrt_comm_stats_t full{};
     comm->impl->engine().counters().snapshot(&full);
-    constexpr size_t kFirst = offsetof(zrt_comm_stats_t, user);
-    const size_t end = std::min(stats->size, sizeof(zrt_comm_stats_t));
-    std::memcpy(reinterpret_cast<char*>(stats) + kFirst,
-                reinterpret_cast<const char*>(&full) + kFirst, end - kFirst);
+    zrt::api::write_prefix(full, stats, zrt::api::kQueryHeaderEnd);
     return Status::ok();
   });
 }
