@@ -31,8 +31,14 @@
 // model needs: prefetch depth 2, no persistent parameters, buckets of half a unit, and (stage 3)
 // each step gathering the next forward's first units (prefetch_next_step: steps follow steps).
 //
-// Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host]
+// Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host|offload]
 //        (defaults 16, 1048576, 20, 0, device)
+//
+// `offload` compares, in the device-like model, the step without offload (the optimizer a
+// kernel launch, no CPU time) with offload_optimizer = 1 (the optimizer the host SGD, run per
+// segment on the CPU as each reduction ends), side by side in the same rounds, balanced and
+// with no compute at all, next to the optimizer pass alone over the whole shard: the pipeline
+// overlaps the pass with the reductions still running, so the step grows by less than the pass.
 //
 // The default model is 16 units (layers) of 4 MiB, 64 MiB in all. Some communication is exposed
 // whatever the overlap: the first unit's gather after the optimizer (stage 2: the step's
@@ -73,9 +79,10 @@ struct Model {
   std::vector<int> params;
 };
 
-Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots) {
+Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool offload = false) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
+  config.offload_optimizer = offload ? 1 : 0;
   config.optimizer_slots = slots;
   config.prefetch_depth = 2;
   config.persistence_threshold = 0;
@@ -140,6 +147,7 @@ struct Timeline {
 // and zrt's cannot overlap).
 struct Framework {
   bool host = false;
+  bool cpu_optimizer = false;  // offload: the optimizer is the host SGD even in device-like mode
   Timeline* timeline = nullptr;
 };
 
@@ -151,7 +159,8 @@ void host_sgd(float* master, const float* grad, size_t count) {
 zrt_status_t optimizer(const zrt_optimizer_args_t* args, void* user_data) {
   const auto* framework = static_cast<const Framework*>(user_data);
   framework->timeline->time("  optimizer", -1, [args, framework] {
-    if (framework->host) host_sgd(args->master, args->grad, args->count);
+    if (framework->host || framework->cpu_optimizer)
+      host_sgd(args->master, args->grad, args->count);
   });
   return ZRT_SUCCESS;
 }
@@ -251,6 +260,7 @@ struct Kind {
   bool print;  // BENCH_OVERLAP_TIMELINE: rank 0 prints the median step's timeline
   std::vector<double> times;
   std::vector<std::vector<Span>> timelines;
+  bool cpu_optimizer = false;  // Framework::cpu_optimizer for this kind's steps
 };
 
 // Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
@@ -276,6 +286,7 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
       for (int s = 0; s < 2; ++s) {
         // A step counts until the barrier after it: work zrt left running when the step
         // returned would otherwise hide in the barrier's wait.
+        framework.cpu_optimizer = kind.cpu_optimizer;
         train_step(*kind.model, numel, kind.compute, framework, scratch);
         tl.time("barrier", -1, barrier);
       }
@@ -309,7 +320,73 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
   return figures;
 }
 
-void rank_main(int units, size_t numel, int steps, int slots, bool host) {
+// The sleep per unit that balances compute against a step's communication (see rank_main).
+std::chrono::microseconds balance(zrt_comm_t comm, zrt_stream_t sync, Model& m, int units,
+                                  size_t numel, const Framework& framework, int steps,
+                                  std::vector<float>& scratch) {
+  using us = std::chrono::microseconds;
+  Model alone;
+  alone.units = units;
+  const std::vector<Figure> calibration =
+      measure(comm, sync, {{&m, us(0), false, {}, {}}, {&alone, us(0), false, {}, {}}}, numel,
+              framework, steps, scratch);
+  const double calls = 2.0 * units;
+  double sleep_ms =
+      std::max(0.0, calibration[0].step_ms - calibration[0].framework_ms - calibration[1].step_ms);
+  for (int round = 0; round < 2; ++round) {
+    const us trial_sleep(static_cast<int64_t>(sleep_ms * 1000.0 / calls));
+    const std::vector<Figure> trial =
+        measure(comm, sync, {{&m, us(0), false, {}, {}}, {&alone, trial_sleep, false, {}, {}}},
+                numel, framework, steps, scratch);
+    sleep_ms =
+        std::max(0.0, sleep_ms + (trial[0].step_ms - trial[0].framework_ms) - trial[1].step_ms);
+  }
+  return us(static_cast<int64_t>(sleep_ms * 1000.0 / calls));
+}
+
+// offload_optimizer against the device-like step (see the top of the file).
+void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units, size_t numel,
+                        int steps, int slots, std::vector<float>& scratch) {
+  using us = std::chrono::microseconds;
+  Framework framework;  // device-like
+  // The optimizer pass alone: the host SGD over one rank's whole shard, median of 7.
+  const size_t shard = static_cast<size_t>(units) * numel / 2;
+  std::vector<float> master(shard, 0.01f), grad(shard, 1e-3f);
+  std::vector<double> passes;
+  for (int i = 0; i < 7; ++i) {
+    const auto start = Clock::now();
+    host_sgd(master.data(), grad.data(), shard);
+    passes.push_back(ms_since(start));
+  }
+  std::sort(passes.begin(), passes.end());
+  const double pass_ms = passes[passes.size() / 2];
+  for (int stage : {2, 3}) {
+    Model plain = build(comm, stage, units, numel, slots);
+    Model offloaded = build(comm, stage, units, numel, slots, /*offload=*/true);
+    const us per_unit = balance(comm, sync, plain, units, numel, framework, steps, scratch);
+    const std::vector<Figure> f = measure(comm, sync,
+                                          {{&plain, per_unit, false, {}, {}, false},
+                                           {&offloaded, per_unit, rank == 0, {}, {}, true},
+                                           {&plain, us(0), false, {}, {}, false},
+                                           {&offloaded, us(0), false, {}, {}, true}},
+                                          numel, framework, steps, scratch);
+    if (rank == 0) {
+      const double balanced = f[1].step_ms - f[0].step_ms;
+      const double bare = f[3].step_ms - f[2].step_ms;
+      std::printf(
+          "stage %d offload, 2 ranks, %d units x %zu f32, %d state slots, device-like: optimizer "
+          "pass alone %.1f ms; balanced step %.1f ms without offload, %.1f ms with (+%.1f ms = "
+          "%.2f x the pass); no compute: %.1f ms, %.1f ms (+%.1f ms = %.2f x the pass)\n",
+          stage, units, numel, slots, pass_ms, f[0].step_ms, f[1].step_ms, balanced,
+          balanced / pass_ms, f[2].step_ms, f[3].step_ms, bare, bare / pass_ms);
+      std::fflush(stdout);
+    }
+    CHECK_ZRT(zrt_partition_destroy(offloaded.pm));
+    CHECK_ZRT(zrt_partition_destroy(plain.pm));
+  }
+}
+
+void rank_main(int units, size_t numel, int steps, int slots, bool host, bool offload) {
   zrt_comm_t comm = nullptr;
   CHECK_ZRT(zrt_comm_init_env(nullptr, &comm));
   int rank = 0;
@@ -319,6 +396,12 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host) {
   // The gradient window of the compute-only run, then master and gradient of its shard.
   std::vector<float> scratch(std::max(numel, static_cast<size_t>(units) * numel), 0.01f);
   using us = std::chrono::microseconds;
+  if (offload) {
+    offload_comparison(comm, sync, rank, units, numel, steps, slots, scratch);
+    CHECK_ZRT(zrt_stream_destroy(sync));
+    CHECK_ZRT(zrt_comm_destroy(comm));
+    return;
+  }
   Framework framework;
   framework.host = host;
   for (int stage : {2, 3}) {
@@ -384,6 +467,11 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
   const int slots = argc > 4 ? std::atoi(argv[4]) : 0;
   const bool host = argc > 5 && std::strcmp(argv[5], "host") == 0;
+  const bool offload = argc > 5 && std::strcmp(argv[5], "offload") == 0;
+  if (argc > 5 && !host && !offload && std::strcmp(argv[5], "device") != 0) {
+    std::fprintf(stderr, "bench_overlap: mode '%s': expected device, host or offload\n", argv[5]);
+    return 2;
+  }
   const int ranks = 2;
   const std::string port = std::to_string(free_port());
   const std::string token = "bench-overlap-" + std::to_string(getpid());
@@ -398,7 +486,7 @@ int main(int argc, char** argv) {
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", port.c_str(), 1);
       setenv("ZRT_JOB_TOKEN", token.c_str(), 1);
-      rank_main(units, numel, steps, slots, host);
+      rank_main(units, numel, steps, slots, host, offload);
       std::fflush(stdout);
       _exit(0);
     }

@@ -445,6 +445,10 @@ typedef struct zrt_partition_config {
                                    optimizer fails is rolled back on every rank; 0 or 1 */
   int prefetch_next_step;       /* stage 3, 1: zrt_partition_step ends by gathering the first
                                    units of the next forward; 0 or 1 */
+  int offload_optimizer;        /* stages 1-3, 1: master, optimizer state and the step backup
+                                   live in host memory (pinned for ZRT_MEM_CUDA) and the step
+                                   runs the optimizer per segment as its reduction ends (see
+                                   zrt_partition_step); 0 or 1 */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -467,7 +471,8 @@ typedef struct zrt_partition_config {
         ZRT_MEM_HOST,               /* mem_kind */                         \
         0,                          /* no_sync_accumulation */             \
         1,                          /* step_backup */                      \
-        0                           /* prefetch_next_step */               \
+        0,                          /* prefetch_next_step */               \
+        0                           /* offload_optimizer */                \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,
@@ -608,7 +613,11 @@ typedef struct zrt_optimizer_args {
 
 /* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on. With ZRT_MEM_CUDA the
  * pointers are device pointers, and the callback's kernels must be ordered before its return
- * (see docs/API.md). */
+ * (see docs/API.md). With offload_optimizer = 1 it is called once per segment, on the training
+ * thread, with that segment's slice: the arrays and count are the slice's, pieces those within
+ * it (shard_offset from the slice's start), step the same in every call of the step; pointers
+ * are host memory whatever mem_kind. The update must be element-wise or per piece; a norm over
+ * the whole shard comes from zrt_partition_grad_norm before the step. */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
 
 /* Waits for all reductions, calls `optimizer` once with the local shard (user_data passed
@@ -619,7 +628,10 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * an error. Success commits the step. Collective. Errors: ZRT_INVALID_ARGUMENT (NULL
  * optimizer), ZRT_INVALID_USAGE (some unit's gradients missing, no synchronised micro-batch,
  * units still fetched), the optimizer's status (of the lowest failing rank), ZRT_REMOTE_ERROR
- * (naming the ranks that failed). docs/API.md details the transaction. */
+ * (naming the ranks that failed). With offload_optimizer = 1 each segment's optimizer runs as
+ * its reduction finishes, before all reductions are known to have succeeded; with a backup any
+ * failure on any rank still restores every rank, and every rank returns the lowest failing
+ * rank's status. docs/API.md details the transaction. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 
@@ -645,6 +657,15 @@ typedef struct zrt_partition_memory {
   uint64_t padded_parameters;     /* trainable elements with segment padding */
   uint64_t step_backup;           /* the copy of master + optimizer state (step_backup = 1); not
                                      model state, included in total */
+  /* Where the bytes above live. Device: the parameters' memory (mem_kind); host: the offload
+   * memory of offload_optimizer = 1 (master, optimizer state, step backup and the f32 gradient
+   * copy the optimizer reads), all zero without offload. device + host = the totals above. */
+  uint64_t device_model_state;           /* model_state - host_model_state */
+  uint64_t device_total;                 /* total - host_total */
+  uint64_t host_model_state;             /* master + optimizer_state when offloaded */
+  uint64_t host_total;                   /* every byte in host offload memory */
+  double theoretical_device_model_state; /* the formula's share of each side, unpadded */
+  double theoretical_host_model_state;
 } zrt_partition_memory_t;
 
 /* Measures the manager's buffers. Local. Errors: ZRT_INVALID_ARGUMENT (memory->size),

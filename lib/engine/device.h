@@ -71,6 +71,9 @@ class DeviceContext {
   // ordered without host synchronisation).
   virtual Status create_arena_backend(std::unique_ptr<ArenaBackend>* backend) = 0;
   virtual Status create_element_ops(std::unique_ptr<ElementOps>* ops) = 0;
+  // Page-locked host memory (allocate() hands it zero-filled) that this device reads and writes
+  // directly and copies to and from asynchronously: offload_optimizer's master and state.
+  virtual Status create_pinned_host_backend(std::unique_ptr<ArenaBackend>* backend) = 0;
 
   // ncclCommSplit (collective over this context's ranks). *child stays null for NOCOLOR.
   virtual Status split(int color, int key, const DeviceContextOptions& child_options,

@@ -75,9 +75,9 @@ void Arena::measure(MemoryFigures* f) const {
   f->gather_window = sums[static_cast<int>(MemoryCategory::kGatherWindow)];
   f->grad_staging = sums[static_cast<int>(MemoryCategory::kGradStaging)];
   f->step_backup = sums[static_cast<int>(MemoryCategory::kStepBackup)];
-  f->model_state = f->full_params + f->param_shard + f->gradients + f->grad_shard + f->master +
-                   f->optimizer_state;
-  f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging + f->step_backup;
+  f->host_model_state = 0;  // one arena is one side; PartitionResources::measure joins two
+  f->host_total = 0;
+  complete_memory_figures(f);
 }
 
 }  // namespace zrt

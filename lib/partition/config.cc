@@ -62,6 +62,11 @@ Status validate_partition_options(const PartitionOptions& o) {
     return Status::invalid_argument("config.mem_kind is {}; expected host or cuda",
                                     static_cast<int>(o.mem_kind));
   }
+  if (o.offload_optimizer && o.stage == 0) {
+    return Status::invalid_argument(
+        "config.offload_optimizer is 1 at stage 0; offload needs a sharded optimizer state "
+        "(stage 1, 2 or 3)");
+  }
   return Status::ok();
 }
 
@@ -114,6 +119,13 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       }
       o.prefetch_next_step = config->prefetch_next_step != 0;
     }
+    if (ZRT_HAS_FIELD(n, offload_optimizer)) {
+      if (config->offload_optimizer != 0 && config->offload_optimizer != 1) {
+        return Status::invalid_argument("config.offload_optimizer is {}; expected 0 or 1",
+                                        config->offload_optimizer);
+      }
+      o.offload_optimizer = config->offload_optimizer != 0;
+    }
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -137,6 +149,9 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup ? 1 : 0;
   if (ZRT_HAS_FIELD(config->size, prefetch_next_step)) {
     config->prefetch_next_step = o.prefetch_next_step ? 1 : 0;
+  }
+  if (ZRT_HAS_FIELD(config->size, offload_optimizer)) {
+    config->offload_optimizer = o.offload_optimizer ? 1 : 0;
   }
 }
 
@@ -229,6 +244,8 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
       ZRT_RETURN_IF_ERROR(want_flag(&o.step_backup));
     } else if (key == "prefetch_next_step") {
       ZRT_RETURN_IF_ERROR(want_flag(&o.prefetch_next_step));
+    } else if (key == "offload_optimizer") {
+      ZRT_RETURN_IF_ERROR(want_flag(&o.offload_optimizer));
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -269,6 +286,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.no_sync_accumulation ? 1 : 0);
   mix(o.step_backup ? 1 : 0);
   mix(o.prefetch_next_step ? 1 : 0);
+  mix(o.offload_optimizer ? 1 : 0);
   return h;
 }
 

@@ -55,6 +55,10 @@ struct PartitionOptions {
   // first fetch finds them. Off by default: after a run's last step the gathers go unused, and
   // per-step traffic is then 3P(N-1)/N from the second step on, not in every step.
   bool prefetch_next_step = false;
+  // Stages 1-3: master, optimizer state and backup in host memory, the optimizer run per
+  // segment on the CPU as reductions end (ZeRO-Offload). Off by default: on host memory it
+  // only adds copies, and on a device it trades device memory for host bandwidth.
+  bool offload_optimizer = false;
 };
 
 // Checks ranges and combinations; messages name the field.

@@ -159,6 +159,11 @@ Status GradientPipeline::reduce_segment(int segment, void* data) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.bucket_events[bucket->index]->record(rs));
   }
   buckets_.unbind(segment);
+  if (!ctx_.streams.segment_reduced.empty()) {
+    // Offload: the step starts this segment's copy to the host and its optimizer here.
+    ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[segment]->record(rs));
+    reduce_order_.push_back(segment);
+  }
   return Status::ok();
 }
 
@@ -169,6 +174,7 @@ Status GradientPipeline::begin_microbatch() {
   if (ctx_.buffers.full_grads != nullptr && reductions_in_flight_) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize());
   }
+  if (sync_) reduce_order_.clear();  // this micro-batch's reductions are the ones that count
   microbatch_started_ = true;
   grads_prepared_ = false;
   return Status::ok();
@@ -324,7 +330,7 @@ Status GradientPipeline::grad_ready(int unit) {
   return Status::ok();
 }
 
-Status GradientPipeline::finish_reductions() {
+Status GradientPipeline::check_complete() const {
   if (microbatch_started_) {
     std::string missing;
     for (size_t u = 0; u < signalled_.size(); ++u) {
@@ -344,6 +350,11 @@ Status GradientPipeline::finish_reductions() {
         "the last micro-batch ran without synchronisation: its "
         "gradients were never reduced (end with set_sync(1))");
   }
+  return Status::ok();
+}
+
+Status GradientPipeline::finish_reductions() {
+  ZRT_RETURN_IF_ERROR(check_complete());
   ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize().with_context("waiting for the reductions"));
   reductions_in_flight_ = false;
   if (grads_prepared_) return Status::ok();
@@ -364,6 +375,65 @@ Status GradientPipeline::finish_reductions() {
         ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard;
     ctx_.ops->convert(gdt, reduced, ZRT_F32, buf.optimizer_grad, ctx_.layout.shard_numel());
   }
+  grads_prepared_ = true;
+  return Status::ok();
+}
+
+// Offload: segment s's slice of the optimizer's f32 gradient, from where its reduction left it
+// (the same conversions finish_reductions makes, element for element, so the values are too).
+Status GradientPipeline::copy_segment_to_host(int segment) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
+  const PartitionBuffers& buf = ctx_.buffers;
+  ElementOps* ops = ctx_.ops;
+  float* out = buf.optimizer_grad + seg.shard_offset;
+  const size_t g = ctx_.g_size;
+  if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
+    const char* owned = ctx_.grad_ptr(
+        buf.full_grads, ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
+    const double scale = 1.0 / ctx_.size;
+    return ctx_.run_piecewise(
+        *ctx_.streams.offload, seg.slice,
+        [ops, gdt, owned, out, g, scale](size_t begin, size_t n) {
+          ops->convert(gdt, owned + begin * g, ZRT_F32, out + begin, n);
+          ops->scale(ZRT_F32, out + begin, n, scale);
+        },
+        "partition: offload a gradient slice to the host");
+  }
+  const char* reduced = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+  return ctx_.run_piecewise(
+      *ctx_.streams.offload, seg.slice,
+      [ops, gdt, reduced, out, g](size_t begin, size_t n) {
+        ops->convert(gdt, reduced + begin * g, ZRT_F32, out + begin, n);
+      },
+      "partition: offload a gradient slice to the host");
+}
+
+Status GradientPipeline::start_offload_copies(std::vector<int>* order, bool* copies) {
+  ZRT_RETURN_IF_ERROR(check_complete());
+  // Segments in the order their reductions were enqueued (the order they finish in), then any
+  // the last synchronised micro-batch did not reduce (none, unless it reduced nothing).
+  std::vector<uint8_t> listed(ctx_.layout.segments().size(), 0);
+  order->clear();
+  for (int s : reduce_order_) {
+    if (listed[s]) continue;
+    listed[s] = 1;
+    order->push_back(s);
+  }
+  for (size_t s = 0; s < listed.size(); ++s) {
+    if (!listed[s]) order->push_back(static_cast<int>(s));
+  }
+  *copies = !grads_prepared_;
+  if (grads_prepared_) return Status::ok();  // grad_norm made the whole copy already
+  Stream& off = *ctx_.streams.offload;
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(&off));
+  for (int s : *order) {
+    ZRT_RETURN_IF_ERROR(off.wait_event(*ctx_.streams.segment_reduced[s]));
+    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s));
+    ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->record(off));
+  }
+  // Whoever reads the copy waits for segment_copied (or the offload stream) first.
   grads_prepared_ = true;
   return Status::ok();
 }

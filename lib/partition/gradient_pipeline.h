@@ -61,8 +61,15 @@ class GradientPipeline {
   // `unit`'s gradients are written (the caller checked it may signal).
   Status grad_ready(int unit);
 
+  // The usage checks of finish_reductions: every unit signalled, the last micro-batch synced.
+  Status check_complete() const;
   // Waits for every reduction and makes the f32 gradient shard the optimizer reads.
   Status finish_reductions();
+  // offload_optimizer: *order = the segments in the order their reductions finish; enqueues on
+  // the offload stream, per segment, after its last reduction (segment_reduced), the copy of its
+  // f32 gradient slice into host memory, then records segment_copied. *copies is false when
+  // the copy is already whole (grad_norm made it): then there is nothing to wait for.
+  Status start_offload_copies(std::vector<int>* order, bool* copies);
   // The f32 gradient the optimizer reads (after finish_reductions).
   const float* optimizer_grad() const;
   Status grad_norm(double* norm, bool* has_nonfinite);
@@ -92,6 +99,7 @@ class GradientPipeline {
   char* bucket_data(const Bucket& bucket) const;
   Status reduce_segment(int segment, void* data);
   Status all_reduce_norm(bool both);
+  Status copy_segment_to_host(int segment);
 
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).
@@ -117,6 +125,8 @@ class GradientPipeline {
   int open_window_ = -1;           // the window of the open unit, or -1
   bool copies_unwaited_ = false;   // copies into a bucket no reduction has waited for yet
   double norm_buffer_[2] = {0, 0};
+  // Offload: segments in the order the last synchronised micro-batch reduced them.
+  std::vector<int> reduce_order_;
 };
 
 }  // namespace zrt

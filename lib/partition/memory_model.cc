@@ -52,7 +52,11 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   // The optimizer sees one contiguous f32 gradient shard: stage 0 hands it the full gradient
   // and stages 2/3 the gradient shard when they are f32; stage 1's owned slices are spread over
   // the full gradient buffer, so they are always gathered into a copy.
-  if (policy.optimizer_grad_is_copy() || !f32_reduce) plan.optimizer_grad = layout.shard_numel();
+  // Offload: the CPU optimizer reads an f32 copy in host memory, whatever the reduce dtype.
+  plan.offload = options.offload_optimizer;
+  if (policy.optimizer_grad_is_copy() || !f32_reduce || plan.offload) {
+    plan.optimizer_grad = layout.shard_numel();
+  }
   if (options.step_backup) plan.backup = layout.shard_numel();
   // Host buckets take each unit's gradients out of the window on the progress thread, after
   // grad_ready returns: a second window lets the framework write the next unit meanwhile.
@@ -81,6 +85,21 @@ double zero_model_state_bytes(const PartitionOptions& options, int ranks, double
   return bytes;
 }
 
+double zero_host_model_state_bytes(const PartitionOptions& options, int ranks, double elements) {
+  if (!options.offload_optimizer) return 0;
+  const double m = 4.0 * (1.0 + options.optimizer_slots);
+  // Offload is refused at stage 0, so master and state are always sharded here.
+  return elements * m / static_cast<double>(ranks);
+}
+
+void complete_memory_figures(MemoryFigures* f) {
+  f->model_state = f->full_params + f->param_shard + f->gradients + f->grad_shard + f->master +
+                   f->optimizer_state;
+  f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging + f->step_backup;
+  f->device_model_state = f->model_state - f->host_model_state;
+  f->device_total = f->total - f->host_total;
+}
+
 MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layout) {
   const BufferPlan plan = plan_buffers(options, layout);
   const uint64_t p = dtype_size(options.param_dtype);
@@ -98,13 +117,18 @@ MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layo
   f.grad_staging =
       plan.grad_window * static_cast<uint64_t>(plan.grad_windows) * p + plan.optimizer_grad * 4;
   f.step_backup = plan.backup * 4 * (1 + static_cast<uint64_t>(plan.optimizer_slots));
-  f.model_state =
-      f.full_params + f.param_shard + f.gradients + f.grad_shard + f.master + f.optimizer_state;
-  f.total = f.model_state + f.buckets + f.gather_window + f.grad_staging + f.step_backup;
+  if (plan.offload) {
+    f.host_model_state = f.master + f.optimizer_state;
+    f.host_total = f.host_model_state + f.step_backup + plan.optimizer_grad * 4;
+  }
+  complete_memory_figures(&f);
   // The persistent segment's padding is not a trainable element: count the formula's Q from
   // the unpadded persistent parameters, and its padding goes with the other padding.
   f.theoretical_model_state = zero_model_state_bytes(
       options, layout.ranks(), static_cast<double>(layout.trainable_numel()), layout);
+  f.theoretical_host_model_state = zero_host_model_state_bytes(
+      options, layout.ranks(), static_cast<double>(layout.trainable_numel()));
+  f.theoretical_device_model_state = f.theoretical_model_state - f.theoretical_host_model_state;
   f.parameters = layout.trainable_numel();
   f.padded_parameters = layout.padded_numel();
   return f;
@@ -137,6 +161,15 @@ void memory_figures_to_c(const MemoryFigures& f, zrt_partition_memory_t* out) {
   // Older callers' structs end before step_backup (zrt_partition_memory checks the size).
   if (out->size >= offsetof(zrt_partition_memory_t, step_backup) + sizeof(out->step_backup)) {
     out->step_backup = f.step_backup;
+  }
+  if (out->size >= offsetof(zrt_partition_memory_t, theoretical_host_model_state) +
+                       sizeof(out->theoretical_host_model_state)) {
+    out->device_model_state = f.device_model_state;
+    out->device_total = f.device_total;
+    out->host_model_state = f.host_model_state;
+    out->host_total = f.host_total;
+    out->theoretical_device_model_state = f.theoretical_device_model_state;
+    out->theoretical_host_model_state = f.theoretical_host_model_state;
   }
 }
 

@@ -23,6 +23,13 @@
 // Step backup (step_backup, default on): one f32 copy of master + optimizer state, the shard's
 // (1 + k) x 4 bytes per element, so a failed step can be rolled back (step_transaction.h). It is
 // not model state (the ZeRO formula does not count it) but is part of the total.
+//
+// Offload (offload_optimizer, stages 1-3): master, optimizer state, the step backup and an f32
+// copy of the gradient shard (what the CPU optimizer reads) live in host memory; everything
+// else stays where the parameters are (mem_kind). The model state splits into
+//   host:   P (4 + 4k) / N                          (12P/N)
+//   device: the rest of the stage's formula         (stage 2, f16: 2P + 2P/N)
+// and the figures carry both columns (device + host = the totals).
 #pragma once
 
 #include <cstddef>
@@ -56,6 +63,8 @@ struct BufferPlan {
   int grad_windows = 1;       // windows that alternate (2 when their copies are deferred)
   size_t optimizer_grad = 0;  // f32 copy of the gradient shard for the optimizer
   size_t backup = 0;          // f32 elements per backed-up array (master, then each state slot)
+  // offload_optimizer: master, state, backup and optimizer_grad are carved from host memory.
+  bool offload = false;
 };
 
 struct MemoryFigures {
@@ -74,7 +83,17 @@ struct MemoryFigures {
   uint64_t parameters = 0;
   uint64_t padded_parameters = 0;
   uint64_t step_backup = 0;
+  // Where they live (see the top of this file): host is the offload memory, zero without it.
+  uint64_t device_model_state = 0;
+  uint64_t device_total = 0;
+  uint64_t host_model_state = 0;
+  uint64_t host_total = 0;
+  double theoretical_device_model_state = 0;
+  double theoretical_host_model_state = 0;
 };
+
+// Sets model_state, total and the device columns from the byte fields and the host ones.
+void complete_memory_figures(MemoryFigures* figures);
 
 // Stage 3 gather window slots: depth + 1, fewer when max_live_bytes allows fewer (never < 1).
 int window_slots(const PartitionOptions& options, const Layout& layout);
@@ -84,6 +103,8 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout);
 // The ZeRO formula for `elements` trainable elements (see the top of this file).
 double zero_model_state_bytes(const PartitionOptions& options, int ranks, double elements,
                               const Layout& layout);
+// The part of it that offload_optimizer moves to host memory (0 without offload).
+double zero_host_model_state_bytes(const PartitionOptions& options, int ranks, double elements);
 
 // The figures of a plan (what the manager will hold).
 MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layout);

@@ -54,6 +54,11 @@ struct PartitionStreams {
   Event* persistent_event = nullptr;   // stage 3: after the persistent segment's gather
   std::vector<Event*> slot_events;     // stage 3: per window slot, after its all-gather
   std::vector<Event*> bucket_events;   // after each bucket's reduction and accumulation
+  // offload_optimizer: copies of gradient slices to the host and of parameters back, and per
+  // segment events after its last reduction and after its gradient reached the host.
+  Stream* offload = nullptr;
+  std::vector<Event*> segment_reduced;
+  std::vector<Event*> segment_copied;
 };
 
 struct PartitionContext {
@@ -88,6 +93,9 @@ struct PartitionContext {
   PartitionBuffers buffers;
   PartitionStreams streams;
   ElementOps* ops = nullptr;
+  // The ops for master, state, backup and the optimizer's gradient: `ops`, except host ops
+  // when offload_optimizer keeps them in host memory beside CUDA parameters.
+  ElementOps* master_ops = nullptr;
   bool on_device = false;  // ZRT_MEM_CUDA: buffers, streams and events are the device's
 };
 

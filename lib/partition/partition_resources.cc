@@ -30,17 +30,21 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
     ops_ = create_host_element_ops();
   }
   ctx.ops = ops_.get();
-  Arena& a = *arena_;
+  ctx.master_ops = ops_.get();
   const BufferPlan& b = ctx.plan;
+  if (b.offload) ZRT_RETURN_IF_ERROR(make_host_arena(ctx));
+  Arena& a = *arena_;
+  // Offload: master, state, backup and the optimizer's gradient in host memory.
+  Arena& m = b.offload ? *host_arena_ : a;
   const size_t h_full = a.plan(b.full_params * p_size, MemoryCategory::kFullParams);
   const size_t h_frozen = a.plan(b.frozen * p_size, MemoryCategory::kFullParams);
   const size_t h_pshard = a.plan(b.param_shard * p_size, MemoryCategory::kParamShard);
   const size_t h_fgrads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
   const size_t h_gshard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
-  const size_t h_master = a.plan(b.master * 4, MemoryCategory::kMaster);
+  const size_t h_master = m.plan(b.master * 4, MemoryCategory::kMaster);
   std::vector<size_t> h_state;
   for (int i = 0; i < b.optimizer_slots; ++i) {
-    h_state.push_back(a.plan(b.master * 4, MemoryCategory::kOptimizerState));
+    h_state.push_back(m.plan(b.master * 4, MemoryCategory::kOptimizerState));
   }
   std::vector<size_t> h_buckets;
   for (int i = 0; i < b.bucket_count; ++i) {
@@ -54,32 +58,64 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   for (int i = 0; i < b.grad_windows; ++i) {
     h_gwindows.push_back(a.plan(b.grad_window * p_size, MemoryCategory::kGradStaging));
   }
-  const size_t h_ograd = a.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
-  const size_t h_bmaster = a.plan(b.backup * 4, MemoryCategory::kStepBackup);
+  const size_t h_ograd = m.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
+  const size_t h_bmaster = m.plan(b.backup * 4, MemoryCategory::kStepBackup);
   std::vector<size_t> h_bstate;
   if (b.backup > 0) {
     for (int i = 0; i < b.optimizer_slots; ++i) {
-      h_bstate.push_back(a.plan(b.backup * 4, MemoryCategory::kStepBackup));
+      h_bstate.push_back(m.plan(b.backup * 4, MemoryCategory::kStepBackup));
     }
   }
   ZRT_RETURN_IF_ERROR(a.commit());
+  if (b.offload) ZRT_RETURN_IF_ERROR(m.commit().with_context("the offloaded optimizer state"));
   PartitionBuffers& buf = ctx.buffers;
   buf.full_params = static_cast<char*>(a.address(h_full));
   buf.frozen = static_cast<char*>(a.address(h_frozen));
   buf.param_shard = static_cast<char*>(a.address(h_pshard));
   buf.full_grads = static_cast<char*>(a.address(h_fgrads));
   buf.grad_shard = static_cast<char*>(a.address(h_gshard));
-  buf.master = static_cast<float*>(a.address(h_master));
-  for (size_t h : h_state) buf.state.push_back(static_cast<float*>(a.address(h)));
+  buf.master = static_cast<float*>(m.address(h_master));
+  for (size_t h : h_state) buf.state.push_back(static_cast<float*>(m.address(h)));
   for (size_t h : h_buckets) buf.buckets.push_back(static_cast<char*>(a.address(h)));
   buf.persistent_bucket = static_cast<char*>(a.address(h_pbucket));
   buf.window = static_cast<char*>(a.address(h_window));
   buf.slot_bytes = slot_bytes;
   for (size_t h : h_gwindows) buf.grad_windows.push_back(static_cast<char*>(a.address(h)));
-  buf.optimizer_grad = static_cast<float*>(a.address(h_ograd));
-  buf.backup_master = static_cast<float*>(a.address(h_bmaster));
-  for (size_t h : h_bstate) buf.backup_state.push_back(static_cast<float*>(a.address(h)));
+  buf.optimizer_grad = static_cast<float*>(m.address(h_ograd));
+  buf.backup_master = static_cast<float*>(m.address(h_bmaster));
+  for (size_t h : h_bstate) buf.backup_state.push_back(static_cast<float*>(m.address(h)));
   return Status::ok();
+}
+
+// Host memory for offload_optimizer: a second host arena beside host parameters; beside CUDA
+// parameters pinned memory from the device context (copies to and from it run at the link's
+// speed, asynchronously), with host element ops for what the CPU does to it.
+Status PartitionResources::make_host_arena(PartitionContext& ctx) {
+  if (device_ == nullptr) {
+    host_arena_ = std::make_unique<Arena>(create_host_arena_backend(ctx.comm.transport()));
+    return Status::ok();
+  }
+  std::unique_ptr<ArenaBackend> pinned;
+  ZRT_RETURN_IF_ERROR(device_->create_pinned_host_backend(&pinned));
+  host_arena_ = std::make_unique<Arena>(std::move(pinned));
+  host_ops_ = create_host_element_ops();
+  ctx.master_ops = host_ops_.get();
+  return Status::ok();
+}
+
+void PartitionResources::measure(MemoryFigures* figures) const {
+  arena_->measure(figures);
+  if (host_arena_ == nullptr) return;
+  MemoryFigures host;
+  host_arena_->measure(&host);
+  MemoryFigures& f = *figures;
+  f.master += host.master;
+  f.optimizer_state += host.optimizer_state;
+  f.grad_staging += host.grad_staging;
+  f.step_backup += host.step_backup;
+  f.host_model_state = host.model_state;
+  f.host_total = host.total;
+  complete_memory_figures(&f);
 }
 
 Status PartitionResources::create_streams(PartitionContext& ctx) {
@@ -90,6 +126,7 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
   // Created in the same order on every rank: stream k talks to stream k.
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.ag));
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.rs));
+  if (ctx.plan.offload) ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.offload));
   if (!ctx.buffers.buckets.empty()) {
     ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.copy));
     ZRT_RETURN_IF_ERROR(engine.create_event(&s.copy_event));
@@ -106,7 +143,9 @@ Status PartitionResources::create_device_streams(PartitionContext& ctx) {
   ProgressEngine& engine = ctx.comm.engine();
   // Indexes only name the streams in messages; NCCL pairs collectives by enqueue order.
   constexpr int kFirstIndex = 0x5a00;
-  for (Stream** stream : {&ctx.streams.ag, &ctx.streams.rs}) {
+  std::vector<Stream**> streams = {&ctx.streams.ag, &ctx.streams.rs};
+  if (ctx.plan.offload) streams.push_back(&ctx.streams.offload);  // copies to and from the host
+  for (Stream** stream : streams) {
     std::unique_ptr<Stream> made;
     ZRT_RETURN_IF_ERROR(device_->create_stream(
         engine, kFirstIndex + static_cast<int>(device_streams_.size()), nullptr, false, &made));
@@ -137,6 +176,13 @@ Status PartitionResources::create_events(PartitionContext& ctx,
   }
   s.bucket_events.assign(ctx.buffers.buckets.size(), nullptr);
   for (Event*& event : s.bucket_events) ZRT_RETURN_IF_ERROR(make(&event));
+  if (ctx.plan.offload) {
+    const size_t segments = ctx.layout.segments().size();
+    s.segment_reduced.assign(segments, nullptr);
+    s.segment_copied.assign(segments, nullptr);
+    for (Event*& event : s.segment_reduced) ZRT_RETURN_IF_ERROR(make(&event));
+    for (Event*& event : s.segment_copied) ZRT_RETURN_IF_ERROR(make(&event));
+  }
   return Status::ok();
 }
 
@@ -153,8 +199,10 @@ Status PartitionResources::release(PartitionContext& ctx) {
     for (auto& stream : device_streams_) keep(stream->synchronize());
     device_streams_.clear();
     device_events_.clear();
-    s.ag = s.rs = nullptr;
+    s.ag = s.rs = s.offload = nullptr;
     s.segment_events.clear();
+    s.segment_reduced.clear();
+    s.segment_copied.clear();
     s.bucket_events.clear();
     s.slot_events.clear();
     s.persistent_event = nullptr;
@@ -163,7 +211,8 @@ Status PartitionResources::release(PartitionContext& ctx) {
   if (s.ag != nullptr) keep(engine.destroy_stream(s.ag));
   if (s.rs != nullptr) keep(engine.destroy_stream(s.rs));
   if (s.copy != nullptr) keep(engine.destroy_stream(s.copy));
-  s.ag = s.rs = s.copy = nullptr;
+  if (s.offload != nullptr) keep(engine.destroy_stream(s.offload));
+  s.ag = s.rs = s.copy = s.offload = nullptr;
   if (s.copy_event != nullptr) keep(engine.destroy_event(s.copy_event));
   s.copy_event = nullptr;
   for (Event* event : s.window_read) {
@@ -180,14 +229,25 @@ Status PartitionResources::release(PartitionContext& ctx) {
     if (event != nullptr) keep(engine.destroy_event(event));
   }
   if (s.persistent_event != nullptr) keep(engine.destroy_event(s.persistent_event));
+  for (Event* event : s.segment_reduced) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  for (Event* event : s.segment_copied) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  s.segment_reduced.clear();
+  s.segment_copied.clear();
   s.segment_events.clear();
   s.bucket_events.clear();
   s.slot_events.clear();
   s.persistent_event = nullptr;
   if (ops_ != nullptr) keep(ops_->bind(nullptr));  // a device op's failure not reported yet
   ctx.ops = nullptr;
+  ctx.master_ops = nullptr;
   arena_.reset();
+  host_arena_.reset();
   ops_.reset();
+  host_ops_.reset();
   return first;
 }
 

@@ -35,17 +35,21 @@ class PartitionResources {
   // Waits for pending work and frees streams, events and the arena; the first failure.
   Status release(PartitionContext& ctx);
 
-  void measure(MemoryFigures* figures) const { arena_->measure(figures); }
+  // Bytes carved per category, both arenas, with the host (offload) columns.
+  void measure(MemoryFigures* figures) const;
 
  private:
   Status allocate_buffers(PartitionContext& ctx);
+  Status make_host_arena(PartitionContext& ctx);
   Status create_streams(PartitionContext& ctx);
   Status create_device_streams(PartitionContext& ctx);
   Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
 
   std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Arena> host_arena_;  // offload_optimizer only
   std::unique_ptr<ElementOps> ops_;
-  std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
+  std::unique_ptr<ElementOps> host_ops_;   // offload beside CUDA parameters: the CPU's ops
+  std::shared_ptr<DeviceContext> device_;  // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here
   std::vector<std::unique_ptr<Event>> device_events_;    // CUDA events, owned here
 };

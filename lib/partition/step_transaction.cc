@@ -11,10 +11,8 @@
 
 namespace zrt {
 
-namespace {
-
 // " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)"; the lowest failing rank's code in *first.
-std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first) {
+std::string StepTransaction::failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first) {
   std::string list;
   for (size_t r = 0; r < codes.size(); ++r) {
     if (codes[r] == ZRT_SUCCESS) continue;
@@ -25,17 +23,17 @@ std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first)
   return list;
 }
 
-}  // namespace
-
 StepTransaction::StepTransaction(const PartitionContext& ctx, GatherWindow& window,
                                  GradientPipeline& grads)
     : ctx_(ctx),
       window_(window),
       grads_(grads),
       backup_(ctx.layout.shard_numel() * (1 + ctx.buffers.state.size()),
-              ctx.layout.units().size()) {}
+              ctx.layout.units().size()) {
+  if (ctx.options.offload_optimizer) offload_ = std::make_unique<OffloadPipeline>(ctx);
+}
 
-Status StepTransaction::check_step_ready() {
+Status StepTransaction::check_step_ready(bool wait_reductions) {
   const int fetched = window_.first_fetched();
   if (fetched >= 0) {
     return Status::invalid_usage(
@@ -43,7 +41,7 @@ Status StepTransaction::check_step_ready() {
         "step (its parameters are about to change)",
         fetched);
   }
-  ZRT_RETURN_IF_ERROR(grads_.finish_reductions());
+  ZRT_RETURN_IF_ERROR(wait_reductions ? grads_.finish_reductions() : grads_.check_complete());
   ZRT_RETURN_IF_ERROR(settle_backup().with_context("waiting for the step backup's copy"));
   // The optimizer rewrites master, and publishing the parameters: no conversion of the last
   // step may still be reading master, no gather reading the parameters.
@@ -74,7 +72,7 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
 Status StepTransaction::copy_backup_range(size_t begin, size_t end, Stream* stream) {
   const size_t count = ctx_.layout.shard_numel();
   const PartitionBuffers& buf = ctx_.buffers;
-  ElementOps* ops = ctx_.ops;
+  ElementOps* ops = ctx_.master_ops;
   for (size_t array = begin / count; array * count < end; ++array) {
     float* to = array == 0 ? buf.backup_master : buf.backup_state[array - 1];
     const float* from = array == 0 ? buf.master : buf.state[array - 1];
@@ -137,9 +135,9 @@ void StepTransaction::restore_backup() {
   const PartitionBuffers& buf = ctx_.buffers;
   const size_t bytes = ctx_.layout.shard_numel() * sizeof(float);
   if (buf.backup_master == nullptr || bytes == 0) return;
-  ctx_.ops->copy(buf.master, buf.backup_master, bytes);
+  ctx_.master_ops->copy(buf.master, buf.backup_master, bytes);
   for (size_t i = 0; i < buf.state.size(); ++i)
-    ctx_.ops->copy(buf.state[i], buf.backup_state[i], bytes);
+    ctx_.master_ops->copy(buf.state[i], buf.backup_state[i], bytes);
   backup_.complete();
 }
 
@@ -168,17 +166,19 @@ Status StepTransaction::publish_params() {
     char* owned = ctx_.param_ptr(full, static_cast<size_t>(ctx_.rank) * seg.slice);
     const float* master = buf.master + seg.shard_offset;
     if (ctx_.size == 1) {
-      ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
+      if (!owned_converted_) ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
       continue;
     }
-    // On the stream, ahead of the gather that sends it.
+    // On the stream, ahead of the gather that sends it (offload: converted there already).
     const size_t p_size = ctx_.p_size;
-    ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
-        ag, seg.slice,
-        [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
-          ops->convert(ZRT_F32, master + begin, pdt, owned + begin * p_size, count);
-        },
-        "partition: convert master to the owned parameter slice"));
+    if (!owned_converted_) {
+      ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
+          ag, seg.slice,
+          [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
+            ops->convert(ZRT_F32, master + begin, pdt, owned + begin * p_size, count);
+          },
+          "partition: convert master to the owned parameter slice"));
+    }
     CollectiveArgs args;
     args.kind = ZRT_COLL_ALL_GATHER;
     args.sendbuf = owned;
@@ -223,6 +223,7 @@ void StepTransaction::rederive_params() {
 }
 
 Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
+  if (offload_ != nullptr) return step_offloaded(optimizer, user_data);
   const int64_t next = step_ + 1;
   std::vector<int32_t> codes;
 
@@ -281,7 +282,13 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
   }
 
   // Phase 3: publish. Every rank's optimizer succeeded.
+  return commit(next);
+}
+
+Status StepTransaction::commit(int64_t next) {
+  const bool backed_up = ctx_.buffers.backup_master != nullptr;
   const Status published = publish_params();
+  owned_converted_ = false;
   if (!published.is_ok()) {
     if (!backed_up) {
       return published.with_context(fmt::format(

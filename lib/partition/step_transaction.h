@@ -45,10 +45,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/core/status.h"
 #include "lib/partition/backup_cursor.h"
+#include "lib/partition/offload_pipeline.h"
 #include "lib/partition/partition_context.h"
 #include "zrt/zrt.h"
 
@@ -76,7 +79,13 @@ class StepTransaction {
                             const void* frozen, zrt_dtype_t frozen_dtype, int64_t step);
 
  private:
-  Status check_step_ready();
+  // wait_reductions false (offload): the usage checks only, the reductions still running.
+  Status check_step_ready(bool wait_reductions = true);
+  // offload_optimizer: the step as a pipeline over segments (step_offloaded.cc).
+  Status step_offloaded(zrt_optimizer_fn optimizer, void* user_data);
+  // " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)": the ranks whose code is not ZRT_SUCCESS; the
+  // lowest one's code in *first.
+  static std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first);
   // The step's vote: every rank's code, at its index, on every rank.
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
   void take_backup();
@@ -87,6 +96,9 @@ class StepTransaction {
   void restore_backup();
   // Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
   Status publish_params();
+  // Phase 3 once every rank's optimizer succeeded: publish, or undo a failed publish; success
+  // commits the step.
+  Status commit(int64_t next);
   // After restore_backup: the parameters this rank derives from its own master.
   void rederive_params();
 
@@ -96,6 +108,9 @@ class StepTransaction {
   BackupCursor backup_;
   bool backup_in_flight_ = false;  // copies of it are enqueued on the all-gather stream
   int64_t step_ = 0;
+  std::unique_ptr<OffloadPipeline> offload_;  // offload_optimizer only
+  // The offload pipeline converted the owned parameter slices already: publish only gathers.
+  bool owned_converted_ = false;
 };
 
 }  // namespace zrt

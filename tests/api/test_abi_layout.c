@@ -62,7 +62,7 @@ int main(void) {
   FIELD(zrt_comm_stats_t, internal, 40);
   FIELD(zrt_comm_stats_t, per_kind, 72);
 
-  SIZE(zrt_partition_config_t, 104);
+  SIZE(zrt_partition_config_t, 112);
   FIELD(zrt_partition_config_t, size, 0);
   FIELD(zrt_partition_config_t, magic, 8);
   FIELD(zrt_partition_config_t, version, 12);
@@ -81,6 +81,7 @@ int main(void) {
   FIELD(zrt_partition_config_t, no_sync_accumulation, 92);
   FIELD(zrt_partition_config_t, step_backup, 96);
   FIELD(zrt_partition_config_t, prefetch_next_step, 100);
+  FIELD(zrt_partition_config_t, offload_optimizer, 104);
 
   SIZE(zrt_param_info_t, 56);
   FIELD(zrt_param_info_t, size, 0);
@@ -110,7 +111,7 @@ int main(void) {
   FIELD(zrt_optimizer_args_t, num_pieces, 56);
   FIELD(zrt_optimizer_args_t, step, 64);
 
-  SIZE(zrt_partition_memory_t, 128);
+  SIZE(zrt_partition_memory_t, 176);
   FIELD(zrt_partition_memory_t, size, 0);
   FIELD(zrt_partition_memory_t, full_params, 8);
   FIELD(zrt_partition_memory_t, param_shard, 16);
@@ -127,6 +128,12 @@ int main(void) {
   FIELD(zrt_partition_memory_t, parameters, 104);
   FIELD(zrt_partition_memory_t, padded_parameters, 112);
   FIELD(zrt_partition_memory_t, step_backup, 120);
+  FIELD(zrt_partition_memory_t, device_model_state, 128);
+  FIELD(zrt_partition_memory_t, device_total, 136);
+  FIELD(zrt_partition_memory_t, host_model_state, 144);
+  FIELD(zrt_partition_memory_t, host_total, 152);
+  FIELD(zrt_partition_memory_t, theoretical_device_model_state, 160);
+  FIELD(zrt_partition_memory_t, theoretical_host_model_state, 168);
 
   SIZE(zrt_partition_stats_t, 72);
   FIELD(zrt_partition_stats_t, size, 0);

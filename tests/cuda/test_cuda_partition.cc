@@ -74,10 +74,13 @@ void copy_in(bool device, void* dst, const float* src, size_t count) {
 }
 
 // One micro-batch and one step; returns the parameters afterwards, on the host.
-std::vector<float> train_once(zrt_comm_t comm, int stage, zrt_mem_kind_t kind) {
+// offload: master and state in pinned host memory, so the callback gets host pointers.
+std::vector<float> train_once(zrt_comm_t comm, int stage, zrt_mem_kind_t kind,
+                              bool offload = false) {
   const bool device = kind == ZRT_MEM_CUDA;
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
+  config.offload_optimizer = offload ? 1 : 0;
   config.mem_kind = kind;
   config.persistence_threshold = 0;
   config.optimizer_slots = 0;
@@ -104,7 +107,7 @@ std::vector<float> train_once(zrt_comm_t comm, int stage, zrt_mem_kind_t kind) {
   EXPECT_EQ(zrt_partition_grad_data(pm, param, &grad), ZRT_SUCCESS) << zrt_last_error();
   copy_in(device, grad, grads.data(), kNumel);
   EXPECT_EQ(zrt_partition_grad_ready(pm, unit), ZRT_SUCCESS) << zrt_last_error();
-  SgdContext context{device};
+  SgdContext context{device && !offload};
   EXPECT_EQ(zrt_partition_step(pm, sgd, &context), ZRT_SUCCESS) << zrt_last_error();
   EXPECT_EQ(zrt_partition_fetch(pm, unit), ZRT_SUCCESS) << zrt_last_error();
   void* data = nullptr;
@@ -179,6 +182,28 @@ TEST(CudaPartition, EveryStageMatchesTheHostAtTwoRanks) {
   ASSERT_EQ(zrt_cuda_device_count(&count), ZRT_SUCCESS) << zrt_last_error();
   if (count < 2) GTEST_SKIP() << "needs two CUDA devices, " << count << " usable";
   expect_ranks_pass(2, every_stage_matches_the_host);
+}
+
+// offload_optimizer on device parameters: pinned host master and state, copies on zrt's own
+// stream, the same parameters as the host manager.
+void offload_matches_the_host(int, int) {
+  zrt_comm_t comm = nullptr;
+  ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::vector<float> host = train_once(comm, stage, ZRT_MEM_HOST);
+    const std::vector<float> cuda = train_once(comm, stage, ZRT_MEM_CUDA, /*offload=*/true);
+    ASSERT_EQ(cuda.size(), kNumel);
+    for (size_t i = 0; i < kNumel; ++i) {
+      ASSERT_EQ(host[i], cuda[i]) << "stage " << stage << " element " << i;
+    }
+  }
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+}
+
+TEST(CudaPartition, OffloadedOptimizerMatchesTheHostAtOneRank) {
+  const std::string reason = cuda_unusable_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  expect_ranks_pass(1, offload_matches_the_host);
 }
 
 #endif  // ZRT_HAVE_CUDA

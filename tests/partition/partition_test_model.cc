@@ -101,8 +101,14 @@ void adam_update(const AdamConfig& adam, int64_t step, float* param, const float
 zrt_status_t adam_callback(const zrt_optimizer_args_t* args, void* user_data) {
   const AdamConfig* adam = static_cast<const AdamConfig*>(user_data);
   if (args->num_state != 2) return ZRT_INVALID_ARGUMENT;
-  adam_update(*adam, args->step, args->master, args->grad, args->state[0], args->state[1],
-              args->count);
+  const float* grad = args->grad;
+  std::vector<float> scaled;
+  if (adam->grad_scale != 1.0f) {
+    scaled.assign(args->grad, args->grad + args->count);
+    for (float& g : scaled) g *= adam->grad_scale;
+    grad = scaled.data();
+  }
+  adam_update(*adam, args->step, args->master, grad, args->state[0], args->state[1], args->count);
   return ZRT_SUCCESS;
 }
 
@@ -155,6 +161,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   config.param_dtype = options.param_dtype;
   config.reduce_dtype = options.reduce_dtype;
   config.no_sync_accumulation = options.no_sync && options.stage >= 2;
+  config.offload_optimizer = options.offload_optimizer ? 1 : 0;
   zrt_partition_t pm = nullptr;
   ZRT_TEST_OK(zrt_partition_create(comm, &config, &pm));
   const size_t layers = shape.dims.size() - 1;
@@ -225,6 +232,11 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
         ZRT_TEST_OK(zrt_partition_grad_ready(pm, unit));
         ZRT_TEST_OK(zrt_partition_release(pm, unit));
       }
+    }
+    if (options.clip_norm > 0) {
+      double norm = 0;
+      ZRT_TEST_OK(zrt_partition_grad_norm(pm, &norm, nullptr));
+      adam.grad_scale = static_cast<float>(std::min(1.0, options.clip_norm / (norm + 1e-6)));
     }
     ZRT_TEST_OK(zrt_partition_step(pm, adam_callback, &adam));
   }

@@ -31,6 +31,7 @@ void mlp_forward_backward(const MlpShape& shape, const MlpParams& params, const 
 
 struct AdamConfig {
   float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float grad_scale = 1.0f;  // adam_callback multiplies the gradient by it first (clipping)
 };
 // One Adam update of n elements (the same arithmetic the zrt callback does).
 void adam_update(const AdamConfig& adam, int64_t step, float* param, const float* grad, float* m,
@@ -55,6 +56,10 @@ struct TrainOptions {
   bool read_back = true;                     // fetch every unit after the last step to read results
   zrt_comm_stats_t* stats = nullptr;         // if set: counters of the training steps only
   zrt_partition_memory_t* memory = nullptr;  // if set: filled after finalize
+  bool offload_optimizer = false;
+  // > 0: before each step, zrt_partition_grad_norm and gradients scaled by
+  // min(1, clip_norm / norm) (clipping by the global norm).
+  double clip_norm = 0;
 };
 
 // Trains through the C API on this rank's share of every batch and returns the full final

@@ -125,6 +125,24 @@ TEST(PartitionConfig, SwitchesDefaultAndLoad) {
   expect_switch_loads({"prefetch_next_step", &zrt_partition_config_t::prefetch_next_step,
                        &PartitionOptions::prefetch_next_step,
                        offsetof(zrt_partition_config_t, prefetch_next_step), false});
+  expect_switch_loads({"offload_optimizer", &zrt_partition_config_t::offload_optimizer,
+                       &PartitionOptions::offload_optimizer,
+                       offsetof(zrt_partition_config_t, offload_optimizer), false});
+}
+
+TEST(PartitionConfig, OffloadNeedsAShardedStage) {
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  config.offload_optimizer = 1;
+  PartitionOptions options;
+  for (int stage = 1; stage <= 3; ++stage) {
+    config.stage = stage;
+    EXPECT_TRUE(partition_options_from_config(&config, &options).is_ok()) << stage;
+  }
+  config.stage = 0;
+  const Status refused = partition_options_from_config(&config, &options);
+  EXPECT_EQ(refused.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(refused.message().find("offload_optimizer"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("stage 1, 2 or 3"), std::string::npos) << refused.message();
 }
 
 TEST(PartitionConfig, JsonFile) {

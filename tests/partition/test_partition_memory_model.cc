@@ -100,6 +100,51 @@ TEST(PartitionMemoryModel, StepBackupIsOneCopyOfMasterAndStateOutsideModelState)
   }
 }
 
+// offload_optimizer: master and state (and the backup, and the optimizer's f32 gradient) move
+// to the host columns; the device keeps the rest, and the formula splits the same way. With
+// f16 parameters and Adam: stage 1 4P | 12P/N, stage 2 2P + 2P/N | 12P/N, stage 3 4P/N | 12P/N.
+TEST(PartitionMemoryModel, OffloadSplitsDeviceAndHostColumns) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  for (int i = 0; i < 3; ++i) {  // every segment splits evenly over 4 ranks: no padding
+    units.push_back({"layer"});
+    params.push_back({"w", 4096, i, 0});
+    params.push_back({"b", 1024, i, 0});
+  }
+  const double device_per_p[] = {0, 4, 2, 0};
+  const double device_per_p_over_n[] = {0, 0, 2, 4};
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage);
+    PartitionOptions o;
+    o.stage = stage;
+    o.param_dtype = ZRT_F16;
+    o.reduce_dtype = ZRT_F16;
+    o.optimizer_slots = 2;
+    o.persistence_threshold = 0;
+    o.alignment = 1;
+    MemoryFigures plain, off;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &plain).is_ok());
+    o.offload_optimizer = true;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &off).is_ok());
+    const double p = static_cast<double>(off.parameters);
+    EXPECT_EQ(off.padded_parameters, off.parameters);
+    EXPECT_DOUBLE_EQ(off.theoretical_host_model_state, 12 * p / 4);
+    EXPECT_DOUBLE_EQ(off.theoretical_device_model_state,
+                     device_per_p[stage] * p + device_per_p_over_n[stage] * p / 4);
+    EXPECT_EQ(static_cast<double>(off.host_model_state), 12 * p / 4);
+    EXPECT_EQ(static_cast<double>(off.device_model_state),
+              device_per_p[stage] * p + device_per_p_over_n[stage] * p / 4);
+    // The same model state, split; the host also holds the backup and the f32 gradient.
+    EXPECT_EQ(off.model_state, plain.model_state);
+    EXPECT_DOUBLE_EQ(off.theoretical_model_state, plain.theoretical_model_state);
+    EXPECT_EQ(off.host_total, off.host_model_state + off.step_backup + off.master);
+    EXPECT_EQ(off.device_total + off.host_total, off.total);
+    EXPECT_EQ(plain.host_total, 0u);
+    EXPECT_EQ(plain.device_total, plain.total);
+    EXPECT_EQ(plain.device_model_state, plain.model_state);
+  }
+}
+
 TEST(PartitionMemoryModel, ConstantBuffersDoNotGrowWithTheModel) {
   for (int stage = 0; stage <= 3; ++stage) {
     PartitionOptions o;

@@ -40,6 +40,43 @@ TEST(ZrtMem, ReproducesTheZeroPaperExample) {
   }
 }
 
+// ZeRO-Offload at the paper's example: stage 2, f16, Adam, N = 64 moves master and state (12P/N)
+// to the host and keeps 2P + 2P/N on the device; --offload plans stages 1-3 and shows both.
+TEST(ZrtMem, OffloadShowsDeviceAndHostColumns) {
+  MemCommand command;
+  ASSERT_TRUE(parse({"--params", "7.5e9", "--ranks", "64", "--offload"}, &command).is_ok());
+  EXPECT_TRUE(command.request.options.offload_optimizer);
+  MemPlan plan;
+  ASSERT_TRUE(plan_memory(command.request, &plan).is_ok());
+  ASSERT_EQ(plan.stages.size(), 3u);
+  const double p = 7.5e9, n = 64;
+  const MemoryFigures& s2 = plan.stages[1].figures;
+  ASSERT_EQ(plan.stages[1].stage, 2);
+  EXPECT_DOUBLE_EQ(s2.theoretical_device_model_state, 2 * p + 2 * p / n);
+  EXPECT_DOUBLE_EQ(s2.theoretical_host_model_state, 12 * p / n);
+  EXPECT_EQ(s2.host_model_state, s2.master + s2.optimizer_state);
+  EXPECT_EQ(s2.device_total + s2.host_total, s2.total);
+  for (const StagePlan& sp : plan.stages) {
+    EXPECT_DOUBLE_EQ(sp.figures.theoretical_host_model_state, 12 * p / n) << sp.stage;
+  }
+  const std::string text = render_mem_plan(command.request, plan);
+  // 2P + 2P/N = 15.23 GB on the device, 12P/N = 1.41 GB on the host.
+  for (const char* figure :
+       {"device: model state", "host: master + optimizer state", "15.23 GB", "1.41 GB"}) {
+    EXPECT_NE(text.find(figure), std::string::npos) << figure << "\n" << text;
+  }
+  const nlohmann::json j = mem_plan_to_json(command.request, plan);
+  EXPECT_EQ(j["settings"]["offload_optimizer"], true);
+  EXPECT_EQ(j["stages"][1]["host_model_state"], s2.host_model_state);
+  // Stage 0 has nothing sharded to offload: asked for explicitly, it is refused by name.
+  MemCommand stage0;
+  ASSERT_TRUE(
+      parse({"--params", "1e9", "--ranks", "8", "--offload", "--stage", "0"}, &stage0).is_ok());
+  const Status refused = plan_memory(stage0.request, &plan);
+  EXPECT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.message().find("offload_optimizer"), std::string::npos) << refused.message();
+}
+
 TEST(ZrtMem, Gpt2SmallShapeHasItsKnownParameterCount) {
   MemCommand command;
   ASSERT_TRUE(parse({"--layers", "12", "--hidden", "768", "--heads", "12", "--ranks", "8", "--seq",

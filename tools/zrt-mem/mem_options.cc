@@ -58,6 +58,8 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
       "  zrt-mem --params 1.3B --ranks 8 --gpu-memory 24GB  which stages fit on 24 GB cards\n"
       "  zrt-mem --layers 48 --hidden 1600 --heads 25 --seq 1024 --micro-batch 4 --ranks 16\n"
       "  zrt-mem --profile model.json --ranks 8 --config zrt.json --stage 3 --json\n"
+      "  zrt-mem --params 1.3B --ranks 8 --offload          device and host columns "
+      "(ZeRO-Offload)\n"
       "\n"
       "Exit codes: 0 ok, 2 bad command line or input file.");
 
@@ -68,6 +70,7 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   TransformerShape shape;
   bool no_sync = false;
   bool no_step_backup = false;
+  bool offload = false;
   int ranks = 0;
   app.add_option("--params", params, "trainable parameters: 7.5e9, 7.5B, 125M");
   app.add_option("--units", units, "units (layers) the --params are split into (default 32)")
@@ -106,6 +109,9 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
                "accumulation");
   app.add_flag("--no-step-backup", no_step_backup,
                "step_backup = 0: no master/state copy for rolling back a failed step");
+  app.add_flag("--offload", offload,
+               "offload_optimizer = 1: master, optimizer state and step backup in host memory "
+               "(stages 1-3); shows the device and host columns");
   app.add_option("--gpu-memory,--device-memory", device,
                  "memory per device (80GB, 24GiB): flag the stages that fit");
   app.add_flag("--json", command->json, "print JSON instead of the table");
@@ -193,7 +199,12 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   if (alignment > 0) o.alignment = static_cast<size_t>(alignment);
   if (no_sync) o.no_sync_accumulation = true;
   if (no_step_backup) o.step_backup = false;
-  if (stage >= 0) req.stages = {stage};
+  if (offload) o.offload_optimizer = true;
+  if (stage >= 0) {
+    req.stages = {stage};
+  } else if (o.offload_optimizer) {
+    req.stages = {1, 2, 3};  // stage 0 shards nothing to offload
+  }
   if (!device.empty()) {
     ZRT_RETURN_IF_ERROR(tools::parse_real_size(device, "--gpu-memory", &req.device_bytes));
   }

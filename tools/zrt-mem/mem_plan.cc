@@ -77,6 +77,20 @@ std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   row("gradient staging", [](const MemoryFigures& f) { return gb(double(f.grad_staging)); });
   row("step backup (rollback)", [](const MemoryFigures& f) { return gb(double(f.step_backup)); });
   row("= zrt total", [](const MemoryFigures& f) { return gb(double(f.total)); });
+  if (o.offload_optimizer) {
+    t.add_separator("offload_optimizer: device memory / host memory");
+    row("device: model state",
+        [](const MemoryFigures& f) { return gb(double(f.device_model_state)); });
+    row("device: formula (unpadded)",
+        [](const MemoryFigures& f) { return gb(f.theoretical_device_model_state); });
+    row("device: total", [](const MemoryFigures& f) { return gb(double(f.device_total)); });
+    row("host: master + optimizer state",
+        [](const MemoryFigures& f) { return gb(double(f.host_model_state)); });
+    row("host: formula (unpadded)",
+        [](const MemoryFigures& f) { return gb(f.theoretical_host_model_state); });
+    row("host: total (+ backup, f32 gradient)",
+        [](const MemoryFigures& f) { return gb(double(f.host_total)); });
+  }
   if (plan.has_activations) {
     const ActivationEstimate& a = plan.activations;
     t.add_separator(fmt::format("activations (micro-batch {}, sequence {}; same for every stage)",
@@ -95,14 +109,14 @@ std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
     };
     if (plan.has_activations) {
       row("without checkpointing", [&](const MemoryFigures& f) {
-        return fits(double(f.total) + plan.activations.without_checkpointing);
+        return fits(double(f.device_total) + plan.activations.without_checkpointing);
       });
       row("with checkpointing", [&](const MemoryFigures& f) {
-        return fits(double(f.total) + plan.activations.with_checkpointing);
+        return fits(double(f.device_total) + plan.activations.with_checkpointing);
       });
     } else {
       row("zrt total (no activations)",
-          [&](const MemoryFigures& f) { return fits(double(f.total)); });
+          [&](const MemoryFigures& f) { return fits(double(f.device_total)); });
     }
   }
   out += t.render("# ");
@@ -133,6 +147,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                    {"alignment", o.alignment},
                    {"no_sync_accumulation", o.no_sync_accumulation},
                    {"step_backup", o.step_backup},
+                   {"offload_optimizer", o.offload_optimizer},
                    {"device_bytes", request.device_bytes}};
   for (const StagePlan& sp : plan.stages) {
     const MemoryFigures& f = sp.figures;
@@ -151,7 +166,13 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                         {"total", f.total},
                         {"theoretical_model_state", f.theoretical_model_state},
                         {"parameters", f.parameters},
-                        {"padded_parameters", f.padded_parameters}};
+                        {"padded_parameters", f.padded_parameters},
+                        {"device_model_state", f.device_model_state},
+                        {"device_total", f.device_total},
+                        {"host_model_state", f.host_model_state},
+                        {"host_total", f.host_total},
+                        {"theoretical_device_model_state", f.theoretical_device_model_state},
+                        {"theoretical_host_model_state", f.theoretical_host_model_state}};
     if (plan.has_activations) {
       s["total_with_activations"] = double(f.total) + plan.activations.without_checkpointing;
       s["total_with_checkpointed_activations"] =
@@ -159,11 +180,11 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
     }
     if (request.device_bytes > 0) {
       double need =
-          double(f.total) + (plan.has_activations ? plan.activations.with_checkpointing : 0);
+          double(f.device_total) + (plan.has_activations ? plan.activations.with_checkpointing : 0);
       s["fits_with_checkpointing"] = need <= request.device_bytes;
       if (plan.has_activations) {
         s["fits_without_checkpointing"] =
-            double(f.total) + plan.activations.without_checkpointing <= request.device_bytes;
+            double(f.device_total) + plan.activations.without_checkpointing <= request.device_bytes;
       }
     }
     j["stages"].push_back(s);

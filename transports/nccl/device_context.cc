@@ -67,6 +67,10 @@ class NcclDeviceContext final : public DeviceContext {
     return create_device_element_ops(device(), ops);
   }
 
+  Status create_pinned_host_backend(std::unique_ptr<ArenaBackend>* backend) override {
+    return create_pinned_host_arena_backend(device(), backend);
+  }
+
   Status split(int color, int key, const DeviceContextOptions& child_options,
                std::shared_ptr<DeviceContext>* child) override {
     std::unique_ptr<NcclComm> comm;

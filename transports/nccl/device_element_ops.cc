@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "transports/nccl/cuda_status.h"
@@ -27,6 +29,30 @@ class DeviceArenaBackend final : public ArenaBackend {
  private:
   int device_;
   std::unique_ptr<DeviceArena> arena_;
+};
+
+// cudaHostAlloc'd memory: the device reaches it by its host address (unified addressing), so
+// kernels convert straight between it and device buffers, and copies of it are asynchronous.
+class PinnedHostArenaBackend final : public ArenaBackend {
+ public:
+  explicit PinnedHostArenaBackend(int device) : device_(device) {}
+  Status allocate(size_t bytes, void** block) override {
+    DeviceGuard guard;
+    ZRT_RETURN_IF_ERROR(guard.enter(device_));
+    const cudaError_t err =
+        cudaHostAlloc(block, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+    if (err != cudaSuccess) {
+      *block = nullptr;
+      return Status::error(ZRT_OUT_OF_MEMORY, "cudaHostAlloc of {} bytes of pinned host memory: {}",
+                           bytes, cudaGetErrorString(err));
+    }
+    std::memset(*block, 0, bytes);
+    return Status::ok();
+  }
+  void free(void* block) override { cudaFreeHost(block); }
+
+ private:
+  int device_;
 };
 
 class DeviceElementOps final : public ElementOps {
@@ -195,6 +221,11 @@ class DeviceElementOps final : public ElementOps {
 
 Status create_device_arena_backend(int device, std::unique_ptr<ArenaBackend>* backend) {
   *backend = std::make_unique<DeviceArenaBackend>(device);
+  return Status::ok();
+}
+
+Status create_pinned_host_arena_backend(int device, std::unique_ptr<ArenaBackend>* backend) {
+  *backend = std::make_unique<PinnedHostArenaBackend>(device);
   return Status::ok();
 }
 

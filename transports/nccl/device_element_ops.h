@@ -26,6 +26,8 @@ namespace zrt {
 
 // One device block on `device`; allocate() hands it zero-filled.
 Status create_device_arena_backend(int device, std::unique_ptr<ArenaBackend>* backend);
+// Pinned (page-locked, mapped, portable) host memory, zero-filled: offload_optimizer's arena.
+Status create_pinned_host_arena_backend(int device, std::unique_ptr<ArenaBackend>* backend);
 
 // Element ops on `device`. They own a CUDA stream, one timing-free event and the few bytes of
 // device workspace the fused sum-of-squares kernel needs, all made here (finalize time).

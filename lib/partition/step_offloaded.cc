@@ -1,0 +1,112 @@
+// StepTransaction::step_offloaded: the all-or-nothing step of step_transaction.h as a pipeline
+// over segments, for offload_optimizer (docs/ARCHITECTURE.md#offload-pipeline).
+//
+// Without offload, vote 1 (every rank's reductions completed) comes before any optimizer runs.
+// Here a segment's optimizer runs as soon as its gradient is on the host, while later segments
+// are still being reduced, so with a backup one vote after the last segment covers everything:
+// the reductions, the copies to the host and the callbacks. What must wait for that vote:
+//  - the gathers that publish the owned slices (stages 1/2) and stage 3's stale-shard marking:
+//    before them nothing of the step is visible to another rank, so a rollback is local;
+//  - with step_backup = 1, take_backup() completes the copy of master and state before the first
+//    callback, and any failure on any rank restores every rank from it and re-derives the owned
+//    parameter slices the pipeline had already converted back;
+//  - with step_backup = 0 a callback's work cannot be undone: the step first waits for every
+//    reduction and holds vote 1 as without offload, and converts nothing back before vote 2
+//    (the owned slices are what param_data shows); the pipeline then overlaps only the copies
+//    to the host with the callbacks.
+// Before returning, the step waits for the copies still in flight, so a retried step reads a
+// whole host gradient and the next backward cannot overwrite what a copy still reads.
+#include <string>
+
+#include "lib/engine/engine.h"
+#include "lib/partition/gradient_pipeline.h"
+#include "lib/partition/step_transaction.h"
+
+namespace zrt {
+
+Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_data) {
+  const int64_t next = step_ + 1;
+  const bool backed_up = ctx_.buffers.backup_master != nullptr;
+  std::vector<int32_t> codes;
+  zrt_status_t first = ZRT_SUCCESS;
+
+  const Status ready = check_step_ready(/*wait_reductions=*/!backed_up);
+  if (!backed_up) {
+    const Status vote = exchange_codes(
+        ready.code(), "step: agreeing that every rank's reductions completed", &codes);
+    if (!ready.is_ok()) return ready;
+    if (!vote.is_ok()) {
+      return vote.with_context(
+          fmt::format("step {} (no optimizer ran here; master and state are unchanged)", next));
+    }
+    const std::string failed = failed_ranks(codes, &first);
+    if (!failed.empty()) {
+      return Status::error(ZRT_REMOTE_ERROR,
+                           "step {}: rank(s){} failed before the optimizer (reductions or usage); "
+                           "no rank ran its optimizer, master and state are unchanged",
+                           next, failed);
+    }
+  }
+
+  // The pipeline: per segment, its copy to the host, the callback, the conversion back.
+  const bool convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
+  zrt_status_t code = ZRT_SUCCESS;
+  bool optimized = false;
+  Status local = ready;
+  if (local.is_ok()) {
+    take_backup();  // whole before the first callback
+    std::vector<int> order;
+    bool copies = false;
+    local = grads_.start_offload_copies(&order, &copies);
+    if (local.is_ok()) {
+      local =
+          offload_->run(order, copies, convert_back, optimizer, user_data, next, &code, &optimized);
+    }
+    if (local.is_ok()) {
+      local = ctx_.streams.offload->synchronize().with_context(
+          "waiting for the gradients' copies to the host");
+    }
+    if (local.is_ok()) local = grads_.finish_reductions();  // the rest of the reduce stream
+  }
+  if (optimized) backup_.invalidate();
+  const char* undo = backed_up ? "master and optimizer state were restored"
+                               : "step_backup is 0: master and optimizer state are as the "
+                                 "callbacks left them, reload a checkpoint";
+  // What this rank's callbacks and conversions back changed, undone (they may still be read by
+  // conversions on the all-gather stream).
+  auto roll_back = [&]() {
+    if (!optimized || !backed_up) return;
+    static_cast<void>(ctx_.streams.ag->synchronize());  // a failure shows in the vote's result
+    restore_backup();
+    if (convert_back) rederive_params();
+  };
+  const zrt_status_t mine = local.is_ok() ? code : local.code();
+  const Status voted = exchange_codes(
+      mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
+      &codes);
+  if (!voted.is_ok()) {
+    roll_back();
+    return voted.with_context(
+        fmt::format("step {} (offloaded; this rank's optimizer returned {}; {} on this rank)", next,
+                    zrt_status_string(code), undo));
+  }
+  const std::string failed = failed_ranks(codes, &first);
+  if (!failed.empty()) {
+    roll_back();
+    if (!local.is_ok()) {
+      return local.with_context(fmt::format("step {} (offloaded; {} on every rank)", next,
+                                            optimized ? undo : "nothing was changed here"));
+    }
+    return Status::error(first,
+                         "step {}: rank(s){} failed in the offloaded step (a reduction, a copy "
+                         "to the host or the optimizer callback); {} on every rank, parameters "
+                         "unchanged",
+                         next, failed, undo);
+  }
+
+  // Every rank's pipeline succeeded: publish (the owned slices are converted already).
+  owned_converted_ = convert_back;
+  return commit(next);
+}
+
+}  // namespace zrt
