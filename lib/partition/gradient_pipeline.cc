@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "collectives/collectives.h"
@@ -380,36 +381,43 @@ Status GradientPipeline::finish_reductions() {
 }
 
 // Offload: segment s's slice of the optimizer's f32 gradient, from where its reduction left it
-// (the same conversions finish_reductions makes, element for element, so the values are too).
-Status GradientPipeline::copy_segment_to_host(int segment) {
+// (the same conversions finish_reductions makes, element for element, so the values are too):
+// on `stream` (device buffers), or at once on the calling thread (stream null, host buffers).
+Status GradientPipeline::copy_segment_to_host(int segment, Stream* stream) {
   const Segment& seg = ctx_.layout.segments()[segment];
   const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
   const PartitionBuffers& buf = ctx_.buffers;
   ElementOps* ops = ctx_.ops;
   float* out = buf.optimizer_grad + seg.shard_offset;
   const size_t g = ctx_.g_size;
+  std::function<void(size_t, size_t)> work;
   if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
     const char* owned = ctx_.grad_ptr(
         buf.full_grads, ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
     const double scale = 1.0 / ctx_.size;
-    return ctx_.run_piecewise(
-        *ctx_.streams.offload, seg.slice,
-        [ops, gdt, owned, out, g, scale](size_t begin, size_t n) {
-          ops->convert(gdt, owned + begin * g, ZRT_F32, out + begin, n);
-          ops->scale(ZRT_F32, out + begin, n, scale);
-        },
-        "partition: offload a gradient slice to the host");
+    work = [ops, gdt, owned, out, g, scale](size_t begin, size_t n) {
+      ops->convert(gdt, owned + begin * g, ZRT_F32, out + begin, n);
+      ops->scale(ZRT_F32, out + begin, n, scale);
+    };
+  } else {
+    const char* reduced = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+    work = [ops, gdt, reduced, out, g](size_t begin, size_t n) {
+      ops->convert(gdt, reduced + begin * g, ZRT_F32, out + begin, n);
+    };
   }
-  const char* reduced = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
-  return ctx_.run_piecewise(
-      *ctx_.streams.offload, seg.slice,
-      [ops, gdt, reduced, out, g](size_t begin, size_t n) {
-        ops->convert(gdt, reduced + begin * g, ZRT_F32, out + begin, n);
-      },
-      "partition: offload a gradient slice to the host");
+  if (stream == nullptr) {
+    work(0, seg.slice);
+    return Status::ok();
+  }
+  return ctx_.run_piecewise(*stream, seg.slice, std::move(work),
+                            "partition: offload a gradient slice to the host");
 }
 
-Status GradientPipeline::start_offload_copies(std::vector<int>* order, bool* copies) {
+Status GradientPipeline::copy_segment_to_host(int segment) {
+  return copy_segment_to_host(segment, nullptr);
+}
+
+Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCopies* how) {
   ZRT_RETURN_IF_ERROR(check_complete());
   // Segments in the order their reductions were enqueued (the order they finish in), then any
   // the last synchronised micro-batch did not reduce (none, unless it reduced nothing).
@@ -423,14 +431,23 @@ Status GradientPipeline::start_offload_copies(std::vector<int>* order, bool* cop
   for (size_t s = 0; s < listed.size(); ++s) {
     if (!listed[s]) order->push_back(static_cast<int>(s));
   }
-  *copies = !grads_prepared_;
-  if (grads_prepared_) return Status::ok();  // grad_norm made the whole copy already
+  if (grads_prepared_) {
+    *how = OffloadCopies::kDone;  // grad_norm made the whole copy already
+    return Status::ok();
+  }
+  if (!ctx_.on_device) {
+    // Host memory: the training thread copies each slice itself, right before its optimizer,
+    // and leaves the progress thread to the reductions.
+    *how = OffloadCopies::kByCaller;
+    return Status::ok();
+  }
+  *how = OffloadCopies::kOnStream;
   Stream& off = *ctx_.streams.offload;
   ScopedBind bound(*ctx_.ops);
   ZRT_RETURN_IF_ERROR(bound.bind(&off));
   for (int s : *order) {
     ZRT_RETURN_IF_ERROR(off.wait_event(*ctx_.streams.segment_reduced[s]));
-    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s));
+    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s, &off));
     ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->record(off));
   }
   // Whoever reads the copy waits for segment_copied (or the offload stream) first.

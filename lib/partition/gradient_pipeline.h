@@ -44,6 +44,9 @@
 
 namespace zrt {
 
+// How the offloaded step's gradient slices reach host memory (start_offload_copies).
+enum class OffloadCopies { kDone, kOnStream, kByCaller };
+
 class GradientPipeline {
  public:
   explicit GradientPipeline(const PartitionContext& ctx);
@@ -65,11 +68,15 @@ class GradientPipeline {
   Status check_complete() const;
   // Waits for every reduction and makes the f32 gradient shard the optimizer reads.
   Status finish_reductions();
-  // offload_optimizer: *order = the segments in the order their reductions finish; enqueues on
-  // the offload stream, per segment, after its last reduction (segment_reduced), the copy of its
-  // f32 gradient slice into host memory, then records segment_copied. *copies is false when
-  // the copy is already whole (grad_norm made it): then there is nothing to wait for.
-  Status start_offload_copies(std::vector<int>* order, bool* copies);
+  // offload_optimizer: *order = the segments in the order their reductions finish, and how
+  // their f32 gradient slices reach host memory (*how): kDone, the copy is whole already
+  // (grad_norm made it); kOnStream (device buffers), enqueued here on the offload stream, each
+  // after its segment's last reduction (segment_reduced) and followed by segment_copied;
+  // kByCaller (host buffers), the caller waits for segment_reduced and calls
+  // copy_segment_to_host, then host_copy_complete once every segment is copied.
+  Status start_offload_copies(std::vector<int>* order, OffloadCopies* how);
+  Status copy_segment_to_host(int segment);
+  void host_copy_complete() { grads_prepared_ = true; }
   // The f32 gradient the optimizer reads (after finish_reductions).
   const float* optimizer_grad() const;
   Status grad_norm(double* norm, bool* has_nonfinite);
@@ -99,7 +106,7 @@ class GradientPipeline {
   char* bucket_data(const Bucket& bucket) const;
   Status reduce_segment(int segment, void* data);
   Status all_reduce_norm(bool both);
-  Status copy_segment_to_host(int segment);
+  Status copy_segment_to_host(int segment, Stream* stream);
 
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).

@@ -50,9 +50,9 @@ Status OffloadPipeline::convert_back_segment(int segment) {
       "partition: offloaded master slice back into the owned parameters");
 }
 
-Status OffloadPipeline::run(const std::vector<int>& order, bool wait_copies, bool convert_back,
-                            zrt_optimizer_fn optimizer, void* user_data, int64_t step,
-                            zrt_status_t* code, bool* optimized) {
+Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& order,
+                            OffloadCopies how, bool convert_back, zrt_optimizer_fn optimizer,
+                            void* user_data, int64_t step, zrt_status_t* code, bool* optimized) {
   *code = ZRT_SUCCESS;
   *optimized = false;
   const PartitionBuffers& buf = ctx_.buffers;
@@ -63,9 +63,13 @@ Status OffloadPipeline::run(const std::vector<int>& order, bool wait_copies, boo
   ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
   for (int s : order) {
     const Segment& seg = segments[s];
-    if (wait_copies) {
+    if (how == OffloadCopies::kOnStream) {
       ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->synchronize().with_context(
           fmt::format("waiting for segment {}'s reduction and its copy to the host", s)));
+    } else if (how == OffloadCopies::kByCaller) {
+      ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[s]->synchronize().with_context(
+          fmt::format("waiting for segment {}'s reduction", s)));
+      ZRT_RETURN_IF_ERROR(grads.copy_segment_to_host(s));
     }
     for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
     zrt_optimizer_args_t args{};
@@ -83,6 +87,7 @@ Status OffloadPipeline::run(const std::vector<int>& order, bool wait_copies, boo
     if (*code != ZRT_SUCCESS) return Status::ok();
     if (convert_back) ZRT_RETURN_IF_ERROR(convert_back_segment(s));
   }
+  if (how == OffloadCopies::kByCaller) grads.host_copy_complete();
   return Status::ok();
 }
 

@@ -54,8 +54,9 @@ struct PartitionStreams {
   Event* persistent_event = nullptr;   // stage 3: after the persistent segment's gather
   std::vector<Event*> slot_events;     // stage 3: per window slot, after its all-gather
   std::vector<Event*> bucket_events;   // after each bucket's reduction and accumulation
-  // offload_optimizer: copies of gradient slices to the host and of parameters back, and per
-  // segment events after its last reduction and after its gradient reached the host.
+  // offload_optimizer: per segment, events after its last reduction and (CUDA) after its
+  // gradient reached the host; CUDA copies the gradient slices on a stream of their own (on
+  // host memory the training thread copies them).
   Stream* offload = nullptr;
   std::vector<Event*> segment_reduced;
   std::vector<Event*> segment_copied;

@@ -126,7 +126,6 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
   // Created in the same order on every rank: stream k talks to stream k.
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.ag));
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.rs));
-  if (ctx.plan.offload) ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.offload));
   if (!ctx.buffers.buckets.empty()) {
     ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.copy));
     ZRT_RETURN_IF_ERROR(engine.create_event(&s.copy_event));

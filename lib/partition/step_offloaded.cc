@@ -56,13 +56,13 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
   if (local.is_ok()) {
     take_backup();  // whole before the first callback
     std::vector<int> order;
-    bool copies = false;
-    local = grads_.start_offload_copies(&order, &copies);
+    OffloadCopies how = OffloadCopies::kDone;
+    local = grads_.start_offload_copies(&order, &how);
     if (local.is_ok()) {
-      local =
-          offload_->run(order, copies, convert_back, optimizer, user_data, next, &code, &optimized);
+      local = offload_->run(grads_, order, how, convert_back, optimizer, user_data, next, &code,
+                            &optimized);
     }
-    if (local.is_ok()) {
+    if (local.is_ok() && ctx_.streams.offload != nullptr) {
       local = ctx_.streams.offload->synchronize().with_context(
           "waiting for the gradients' copies to the host");
     }
