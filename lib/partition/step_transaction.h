@@ -41,6 +41,10 @@
 // one rank. Without a backup, phase 2 failures cannot be undone: every rank still stops before
 // publishing (no rank waits in a gather a failed peer never joins), and docs/API.md tells the
 // framework to reload a checkpoint.
+//
+// offload_optimizer: step_offloaded.cc runs phase 2 as a pipeline over segments (the optimizer of
+// a segment as soon as its gradient is on the host, offload_pipeline.h) under one vote that
+// covers the reductions too; what waits for it is said there.
 #pragma once
 
 #include <cstddef>
