@@ -22,6 +22,10 @@
 // for the next; a step's time runs until that barrier has passed, so work zrt leaves running when
 // a step returns counts in it. Every figure is the slowest rank's median.
 //
+// Stage 3 also times, in the same rounds, a manager whose units sit at their slots' addresses
+// (the path before stable addresses, docs/ARCHITECTURE.md#stable-unit-addresses): the ratio of
+// the two is what mapping each fetched unit at its own address costs.
+//
 // BENCH_OVERLAP_TIMELINE=1 prints, for rank 0's median step of each run, every call of the
 // training thread with its start and duration, and the total per kind of call.
 //
@@ -58,6 +62,7 @@
 #include <vector>
 
 #include "lib/core/environment.h"
+#include "lib/partition/partition_resources.h"
 #include "zrt/zrt.h"
 
 namespace {
@@ -411,6 +416,14 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host, bool of
   framework.host = host;
   for (int stage : {2, 3}) {
     Model m = build(comm, stage, units, numel, slots);
+    // Stage 3 also times the units at their slots' addresses (the path before stable addresses,
+    // kept for this comparison only), alternating with the rest round after round.
+    Model at_slots;
+    if (stage == 3) {
+      zrt::PartitionResources::set_stable_addresses_for_bench(false);
+      at_slots = build(comm, stage, units, numel, slots);
+      zrt::PartitionResources::set_stable_addresses_for_bench(true);
+    }
     Model alone;
     alone.units = units;
     const bool print = rank == 0;
@@ -434,11 +447,15 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host, bool of
     }
     const us per_unit(static_cast<int64_t>(sleep_ms * 1000.0 / calls));
     // The figures: the three kinds of step taken in turn.
-    const std::vector<Figure> figures = measure(comm, sync,
-                                                {{&m, us(0), print, {}, {}},
-                                                 {&alone, per_unit, false, {}, {}},
-                                                 {&m, per_unit, print, {}, {}}},
-                                                numel, framework, steps, scratch);
+    std::vector<Kind> kinds = {{&m, us(0), print, {}, {}},
+                               {&alone, per_unit, false, {}, {}},
+                               {&m, per_unit, print, {}, {}}};
+    if (stage == 3) {
+      kinds.push_back({&at_slots, us(0), false, {}, {}});
+      kinds.push_back({&at_slots, per_unit, false, {}, {}});
+    }
+    const std::vector<Figure> figures =
+        measure(comm, sync, kinds, numel, framework, steps, scratch);
     const double comm_ms = figures[0].step_ms - figures[0].framework_ms;
     const double compute_ms = figures[1].step_ms;
     const double step_ms = figures[2].step_ms;
@@ -452,8 +469,18 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host, bool of
           stage, units, numel, slots, host ? "host" : "device-like", comm_ms, compute_ms,
           2.0 * units * static_cast<double>(per_unit.count()) / 1000.0, calibration[1].step_ms,
           step_ms, step_ms / bound, step_ms / (compute_ms + comm_ms));
+      if (stage == 3) {
+        const double slots_comm_ms = figures[3].step_ms - figures[3].framework_ms;
+        const double slots_step_ms = figures[4].step_ms;
+        std::printf(
+            "stage 3 at slot addresses (no mapping, the path before stable addresses), same "
+            "rounds: comm alone %.1f ms, step %.1f ms; stable / slot addresses: comm %.3f, "
+            "step %.3f\n",
+            slots_comm_ms, slots_step_ms, comm_ms / slots_comm_ms, step_ms / slots_step_ms);
+      }
       std::fflush(stdout);
     }
+    if (at_slots.pm != nullptr) CHECK_ZRT(zrt_partition_destroy(at_slots.pm));
     CHECK_ZRT(zrt_partition_destroy(m.pm));
   }
   CHECK_ZRT(zrt_stream_destroy(sync));

@@ -559,14 +559,20 @@ ZRT_API zrt_status_t zrt_partition_shard_pieces(zrt_partition_t pm,
  * gather window full of fetched units), and a failure of the last step's publishing. */
 ZRT_API zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit);
 
-/* The framework is done with unit's parameters (stage 3 frees its window slot). Local. Errors:
- * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (unit not fetched). */
+/* The framework is done with unit's parameters (stage 3 frees its window slot and unmaps the
+ * unit's address: see zrt_partition_param_data). Local. Errors: ZRT_INVALID_ARGUMENT (unknown
+ * unit), ZRT_INVALID_USAGE (unit not fetched). */
 ZRT_API zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit);
 
-/* A parameter's full data: numel elements of param_dtype, read-only for the framework. Valid
- * while its unit is fetched (always, for resident parameters); in stages 1/2 read it only
- * between the fetch and the next step. Local. Errors: ZRT_INVALID_ARGUMENT (unknown param),
- * ZRT_INVALID_USAGE (unit not fetched). */
+/* A parameter's full data: numel elements of param_dtype, read-only for the framework. The
+ * pointer is fixed for the manager's life at every stage, so views of it may be kept across
+ * release and fetch (autograd's saved tensors). Its values are valid while its unit is fetched
+ * (always, for resident parameters); in stages 1/2 read it only between the fetch and the next
+ * step. Stage 3 sharded parameters: the address is reserved at finalize and backed by memory
+ * only while the unit is fetched, so a read of a released unit never shows another unit's
+ * values: it faults (host memory: SIGSEGV; ZRT_MEM_CUDA: the kernel fails with an illegal
+ * address). Local. Errors: ZRT_INVALID_ARGUMENT (unknown param), ZRT_INVALID_USAGE (not
+ * finalized). */
 ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data);
 
 /* Where the framework writes a trainable parameter's gradient for this micro-batch: numel

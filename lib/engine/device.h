@@ -18,6 +18,7 @@
 #include "lib/engine/arena_backend.h"
 #include "lib/engine/element_ops.h"
 #include "lib/engine/engine.h"
+#include "lib/engine/mapped_window.h"
 
 namespace zrt {
 
@@ -74,6 +75,10 @@ class DeviceContext {
   // Page-locked host memory (allocate() hands it zero-filled) that this device reads and writes
   // directly and copies to and from asynchronously: offload_optimizer's master and state.
   virtual Status create_pinned_host_backend(std::unique_ptr<ArenaBackend>* backend) = 0;
+  // A partition manager's stage 3 gather window with a fixed device address per unit, through
+  // the CUDA virtual memory API (transports/nccl/device_mapped_window.h).
+  virtual Status create_mapped_window(const MappedWindowSpec& spec,
+                                      std::unique_ptr<MappedWindow>* window) = 0;
 
   // ncclCommSplit (collective over this context's ranks). *child stays null for NOCOLOR.
   virtual Status split(int color, int key, const DeviceContextOptions& child_options,

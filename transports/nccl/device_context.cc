@@ -9,6 +9,7 @@
 #include "transports/nccl/cuda_stream.h"
 #include "transports/nccl/device_arena.h"
 #include "transports/nccl/device_element_ops.h"
+#include "transports/nccl/device_mapped_window.h"
 #include "transports/nccl/device_probe.h"
 #include "transports/nccl/nccl_comm.h"
 
@@ -69,6 +70,12 @@ class NcclDeviceContext final : public DeviceContext {
 
   Status create_pinned_host_backend(std::unique_ptr<ArenaBackend>* backend) override {
     return create_pinned_host_arena_backend(device(), backend);
+  }
+
+  Status create_mapped_window(const MappedWindowSpec& spec,
+                              std::unique_ptr<MappedWindow>* window) override {
+    return create_device_mapped_window(device(), resources_.nccl->options().timeout_ms, spec,
+                                       window);
   }
 
   Status split(int color, int key, const DeviceContextOptions& child_options,
