@@ -36,7 +36,7 @@ std::string run_dir() {
 enum class Mode {
   kFused,       // zrt_optimizer_adamw as it is: writes the parameter copy
   kConversion,  // the same update, but zrt converts (params_written withheld)
-  kDoubled,     // the update, then a copy of 2 x master: shows zrt did not convert over it
+  kNegated,     // the update, then a copy of -master: shows zrt did not convert over it
   kFailLast,    // the update with its copy on every rank, then the last rank fails
 };
 
@@ -56,12 +56,13 @@ zrt_status_t callback(const zrt_optimizer_args_t* args, void* user) {
   const zrt_status_t status = zrt_optimizer_adamw(&mine, &cb->config);
   if (status != ZRT_SUCCESS) return status;
   cb->written = written;
-  if (cb->mode == Mode::kDoubled) {
-    std::vector<float> doubled(args->count);
-    for (size_t i = 0; i < args->count; ++i) doubled[i] = 2.0f * args->master[i];
+  if (cb->mode == Mode::kNegated) {
+    // Negation commutes with rounding: the copy is exactly -(zrt's conversion).
+    std::vector<float> negated(args->count);
+    for (size_t i = 0; i < args->count; ++i) negated[i] = -args->master[i];
     for (size_t s = 0; s < args->num_param_spans; ++s) {
       const zrt_param_span_t& span = args->param_spans[s];
-      convert_elements(ZRT_F32, doubled.data() + span.shard_offset, args->param_dtype, span.data,
+      convert_elements(ZRT_F32, negated.data() + span.shard_offset, args->param_dtype, span.data,
                        span.count);
     }
   }
@@ -192,12 +193,12 @@ void copy_body(int rank, int size) {
         EXPECT_EQ(std::memcmp(fused[s].data(), converted[s].data(), fused[s].size() * 4), 0)
             << "step " << s + 1 << ": the optimizer's copy differs from zrt's conversion";
       }
-      // The copy is not converted over: an optimizer writing 2 x master is what fetch shows.
-      const auto doubled = train(&run, stage, dtype, Mode::kDoubled, 1, size);
-      ASSERT_EQ(doubled.size(), 1u);
+      // The copy is not converted over: an optimizer writing -master is what fetch shows.
+      const auto negated = train(&run, stage, dtype, Mode::kNegated, 1, size);
+      ASSERT_EQ(negated.size(), 1u);
       size_t mismatches = 0;
-      for (size_t i = 0; i < doubled[0].size(); ++i) {
-        mismatches += doubled[0][i] != 2.0f * converted[0][i];
+      for (size_t i = 0; i < negated[0].size(); ++i) {
+        mismatches += negated[0][i] != -converted[0][i];
       }
       EXPECT_EQ(mismatches, 0u) << "zrt converted master over the optimizer's copy";
     }
