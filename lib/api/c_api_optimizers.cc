@@ -97,10 +97,12 @@ Status run_optimizer(Kind kind, const zrt_optimizer_args_t* caller_args, void* u
     return Status::invalid_usage(
         "config->pool is running another optimizer call; a pool serves one call at a time");
   }
-  const Status status =
-      zrt::optim::fused_step(kind, config, args, *pool->table, pool->threads.get());
-  pool->busy.store(false);
-  return status;
+  // Released however the call ends (an allocation failure throws through here).
+  struct Release {
+    std::atomic<bool>& busy;
+    ~Release() { busy.store(false); }
+  } release{pool->busy};
+  return zrt::optim::fused_step(kind, config, args, *pool->table, pool->threads.get());
 }
 
 }  // namespace
