@@ -21,6 +21,7 @@
 
 #include "adamw.h"
 #include "corpus.h"
+#include "fused_optimizer.h"
 #include "kernels.h"
 #include "model.h"
 #include "options.h"
@@ -268,6 +269,11 @@ int run(const Options& options) {
     }
   }
   optimizer.adamw.learning_rate = options.learning_rate;
+  FusedOptimizer fused;
+  if (!fused.init(options.optimizer, options.optimizer_threads, optimizer.adamw,
+                  optimizer.decay_of_param)) {
+    return 2;
+  }
 
   // --- checkpoints: --resume replaces the initial values and the optimizer state ----------
   int first_step = 0;
@@ -383,7 +389,11 @@ int run(const Options& options) {
       }
       if (norm > options.clip) optimizer.grad_multiplier = static_cast<float>(options.clip / norm);
     }
-    CHECK_ZRT(zrt_partition_step(pm, adamw_callback, &optimizer));
+    if (fused.enabled()) {
+      CHECK_ZRT(zrt_partition_step(pm, fused.fn(), fused.step_config(optimizer.grad_multiplier)));
+    } else {
+      CHECK_ZRT(zrt_partition_step(pm, adamw_callback, &optimizer));
+    }
 
     // The loss over the global batch: a sum over ranks of local sums.
     double global_loss = loss_sum;

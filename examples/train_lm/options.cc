@@ -41,6 +41,9 @@ const char* usage() {
          "  --checkpoint-activations    recompute block activations in backward\n"
          "  --lr X                      AdamW learning rate                       [3e-3]\n"
          "  --clip X                    clip the global gradient norm to X        [off]\n"
+         "  --optimizer NAME            own (train_lm's AdamW), or zrt's fused zrt-adamw,\n"
+         "                              zrt-adam, zrt-sgd (momentum 0.9), zrt-lion   [own]\n"
+         "  --optimizer-threads N       threads of the fused optimizer (0 = all CPUs) [1]\n"
          "  --seed N                    data and initialisation seed              [1234]\n"
          "  --print-every N             print the loss every N steps              [5]\n"
          "  --corpus FILE               training text          [/usr/share/dict/words]\n"
@@ -120,6 +123,18 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       if (!value(&text)) return false;
       if (!parse_double(text, 0, 1e9, &real)) return bad("expected a norm >= 0");
       options->clip = real;
+    } else if (flag == "--optimizer") {
+      if (!value(&text)) return false;
+      const std::string name = text;
+      if (name != "own" && name != "zrt-adamw" && name != "zrt-adam" && name != "zrt-sgd" &&
+          name != "zrt-lion") {
+        return bad("expected own, zrt-adamw, zrt-adam, zrt-sgd or zrt-lion");
+      }
+      options->optimizer = name;
+    } else if (flag == "--optimizer-threads") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, 0, 1024, &integer)) return bad("expected 0 to 1024 threads");
+      options->optimizer_threads = static_cast<int>(integer);
     } else if (flag == "--seed") {
       if (!value(&text)) return false;
       if (!parse_int(text, 0, 1L << 62, &integer)) return bad("expected a non-negative integer");

@@ -21,7 +21,9 @@ struct Options {
   bool checkpoint_activations = false;
   int context = 8;
   float learning_rate = 3e-3f;
-  double clip = 0.0;  // clip the global gradient norm to this (0 = off)
+  double clip = 0.0;              // clip the global gradient norm to this (0 = off)
+  std::string optimizer = "own";  // or zrt-adamw, zrt-adam, zrt-sgd, zrt-lion (fused_optimizer.h)
+  int optimizer_threads = 1;      // the fused optimizer's pool (0 = every CPU of the mask)
   uint64_t seed = 1234;
   int print_every = 5;
   std::string corpus = "/usr/share/dict/words";

@@ -601,10 +601,21 @@ ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
  * (gradients incomplete). */
 ZRT_API zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_nonfinite);
 
+/* Shard elements [shard_offset, shard_offset + count) are published from `count` param_dtype
+ * elements at data. Fixed layout (handed out in arrays). */
+typedef struct zrt_param_span {
+  size_t shard_offset;
+  size_t count;
+  void* data;
+} zrt_param_span_t;
+
 /* What the optimizer callback receives: the local shard, `count` f32 elements in each array.
  * The optimizer updates master and state[0..num_state) in place; grad is read-only; padding
  * has zero gradient. pieces map the shard to parameters. zrt sets size to its sizeof: a
- * callback reads fields beyond what it knows only if size covers them. Valid during the call. */
+ * callback reads fields beyond what it knows only if size covers them. Valid during the call.
+ * After the callback zrt converts master into the parameters (param_dtype, round to nearest
+ * even) at param_spans, unless the callback wrote exactly that conversion of its updated master
+ * into every span and set *params_written = 1 (the fused optimizers below do). */
 typedef struct zrt_optimizer_args {
   size_t size; /* sizeof(zrt_optimizer_args_t) as zrt compiled it */
   float* master;
@@ -614,7 +625,12 @@ typedef struct zrt_optimizer_args {
   size_t count;
   const zrt_shard_piece_t* pieces;
   size_t num_pieces;
-  int64_t step; /* 1 on the first step */
+  int64_t step;                        /* 1 on the first step */
+  zrt_mem_kind_t mem_kind;             /* where every array lives */
+  zrt_dtype_t param_dtype;             /* the parameters' dtype */
+  const zrt_param_span_t* param_spans; /* in shard order, covering [0, count) */
+  size_t num_param_spans;
+  int* params_written; /* 0 on entry; NULL when the spans may not be written */
 } zrt_optimizer_args_t;
 
 /* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on. With ZRT_MEM_CUDA the
@@ -695,6 +711,94 @@ typedef struct zrt_partition_stats {
 /* Reads the window counters. Local. Errors: ZRT_INVALID_ARGUMENT (stats->size),
  * ZRT_INVALID_USAGE (not finalized). */
 ZRT_API zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats_t* stats);
+
+/* ---------------------------------------------------------------------------------------------
+ * Fused optimizers (host memory)
+ *
+ * Ready-made zrt_optimizer_fn: pass one to zrt_partition_step with a zrt_optimizer_config_t* as
+ * user_data. One pass over the shard reads master, gradient and state and writes master, state
+ * and the param_dtype copy that publishing needs (so zrt skips its own conversion). The f32
+ * arithmetic is torch.optim 1.13's single-tensor formula in its order of operations (docs/API.md
+ * lists it), so results agree with torch's CPU optimizers within 1 ulp; every SIMD variant and
+ * thread count gives the same bits. Per step, in this order, the gradient is multiplied by
+ * 1/grad_scale, then by clip_factor. The framework may change the config between steps (a
+ * learning-rate schedule, the clip factor from zrt_partition_grad_norm), never during one.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum zrt_optimizer_kind ZRT_ENUM_TYPE {
+  ZRT_OPTIMIZER_ADAMW = 0, /* decoupled weight decay; state: exp_avg, exp_avg_sq */
+  ZRT_OPTIMIZER_ADAM = 1,  /* L2 weight decay added to the gradient; state as AdamW */
+  ZRT_OPTIMIZER_SGD = 2,   /* momentum, dampening, Nesterov; state: momentum buffer if momentum */
+  ZRT_OPTIMIZER_LION = 3,  /* sign update, decoupled weight decay; state: exp_avg */
+  ZRT_OPTIMIZER_KIND_COUNT = 4
+} zrt_optimizer_kind_t;
+
+/* Threads that a fused optimizer splits the shard across (the calling thread is one of them). */
+typedef struct zrt_optimizer_pool* zrt_optimizer_pool_t;
+
+typedef struct zrt_optimizer_config {
+  size_t size;               /* sizeof(zrt_optimizer_config_t) as the caller compiled it */
+  uint32_t magic;            /* ZRT_CONFIG_MAGIC */
+  uint32_t version;          /* ZRT_VERSION_CODE as the caller compiled it */
+  zrt_optimizer_kind_t kind; /* the function it is passed to must match */
+  double lr;                 /* >= 0 */
+  double beta1;              /* Adam, AdamW, Lion: [0, 1) */
+  double beta2;              /* Adam, AdamW, Lion: [0, 1) */
+  double eps;                /* Adam, AdamW: >= 0 */
+  double weight_decay;       /* >= 0; applied to the parameters decay_mask selects */
+  double momentum;           /* SGD: >= 0 (0: plain SGD, no state) */
+  double dampening;          /* SGD */
+  int nesterov;              /* SGD: 0 or 1 (needs momentum > 0 and dampening 0) */
+  int bias_correction;       /* Adam, AdamW: 1 divides by 1 - beta^step (torch), 0 does not */
+  double grad_scale;         /* the loss scale: gradients are multiplied by 1/grad_scale; > 0 */
+  double clip_factor;        /* then by this, e.g. min(1, max_norm / (norm + 1e-6)); >= 0 */
+  /* Per parameter (index of zrt_partition_add_param): nonzero = weight decay applies. NULL:
+   * every parameter decays. Parameters with index >= decay_mask_count are refused. */
+  const uint8_t* decay_mask;
+  size_t decay_mask_count;
+  zrt_optimizer_pool_t pool; /* NULL: on the calling thread only */
+} zrt_optimizer_config_t;
+
+/* torch.optim's defaults for `kind` (a constant): lr 1e-3 (Lion 1e-4), betas (0.9, 0.999)
+ * (Lion (0.9, 0.99)), eps 1e-8, weight_decay 1e-2 for AdamW and 0 otherwise, momentum 0,
+ * dampening 0, bias correction on, no scaling or clipping, every parameter decays. */
+#define ZRT_OPTIMIZER_CONFIG_INIT(kind)                                         \
+  {                                                                             \
+    sizeof(zrt_optimizer_config_t), ZRT_CONFIG_MAGIC, ZRT_VERSION_CODE, (kind), \
+        (kind) == ZRT_OPTIMIZER_LION ? 1e-4 : 1e-3,  /* lr */                   \
+        0.9,                                         /* beta1 */                \
+        (kind) == ZRT_OPTIMIZER_LION ? 0.99 : 0.999, /* beta2 */                \
+        1e-8,                                        /* eps */                  \
+        (kind) == ZRT_OPTIMIZER_ADAMW ? 1e-2 : 0.0,  /* weight_decay */         \
+        0.0, 0.0, 0, 1, 1.0, 1.0, NULL, 0, NULL      /* momentum .. pool */     \
+  }
+
+/* Writes ZRT_OPTIMIZER_CONFIG_INIT(kind) into the first `size` bytes of *config (size: sizeof
+ * as the caller compiled it). Local; thread-safe. Errors: ZRT_INVALID_ARGUMENT (size below the
+ * header, unknown kind). */
+ZRT_API zrt_status_t zrt_optimizer_config_init(zrt_optimizer_config_t* config, size_t size,
+                                               zrt_optimizer_kind_t kind);
+
+/* Creates a pool of `threads` threads (0: one per CPU in the calling thread's affinity mask,
+ * which zrt-run --bind narrows). The SIMD variant is chosen here, as for the reduction kernels
+ * (ZRT_SIMD). A pool serves one optimizer call at a time. Local. Errors: ZRT_INVALID_ARGUMENT
+ * (threads outside 0..1024, a ZRT_SIMD this CPU cannot run), ZRT_SYSTEM_ERROR (no thread). */
+ZRT_API zrt_status_t zrt_optimizer_pool_create(int threads, zrt_optimizer_pool_t* pool);
+/* The pool's thread count, the calling thread included. Local. */
+ZRT_API zrt_status_t zrt_optimizer_pool_threads(zrt_optimizer_pool_t pool, int* threads);
+/* Stops and joins the threads. NULL is accepted. Not during an optimizer call on it. */
+ZRT_API zrt_status_t zrt_optimizer_pool_destroy(zrt_optimizer_pool_t pool);
+
+/* The fused optimizers; `config` is a zrt_optimizer_config_t* of the matching kind. They need
+ * num_state >= 2 (Adam, AdamW), 1 (Lion; SGD with momentum), 0 (plain SGD); SGD's momentum
+ * buffer starts as the gradient at step 1. A call that fails writes nothing. Errors:
+ * ZRT_INVALID_ARGUMENT (config NULL, of another kind or size, a field out of range, too few
+ * state slots, a piece outside the shard or beyond decay_mask_count: all named),
+ * ZRT_INVALID_USAGE (the pool is busy), ZRT_UNSUPPORTED (mem_kind is not ZRT_MEM_HOST). */
+ZRT_API zrt_status_t zrt_optimizer_adamw(const zrt_optimizer_args_t* args, void* config);
+ZRT_API zrt_status_t zrt_optimizer_adam(const zrt_optimizer_args_t* args, void* config);
+ZRT_API zrt_status_t zrt_optimizer_sgd(const zrt_optimizer_args_t* args, void* config);
+ZRT_API zrt_status_t zrt_optimizer_lion(const zrt_optimizer_args_t* args, void* config);
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA (device memory through NCCL)

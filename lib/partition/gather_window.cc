@@ -238,16 +238,18 @@ Status GatherWindow::release(int unit) {
       fmt::format("releasing unit {}", unit));
 }
 
-Status GatherWindow::publish() {
+Status GatherWindow::publish(bool shard_converted) {
   // Every unit's slice of the parameter shard is converted just ahead of its next gather;
   // units still in the window hold the old parameters.
   forget();
   const auto& segments = ctx_.layout.segments();
   const int p = ctx_.layout.persistent_segment();
-  for (size_t s = 0; s < segments.size(); ++s) shard_stale_[s] = static_cast<int>(s) != p;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    shard_stale_[s] = !shard_converted && static_cast<int>(s) != p;
+  }
   if (p < 0) return Status::ok();
   const Segment& seg = segments[p];
-  ZRT_RETURN_IF_ERROR(convert_shard_segment(p));
+  if (!shard_converted) ZRT_RETURN_IF_ERROR(convert_shard_segment(p));
   Stream& ag = *ctx_.streams.ag;
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;

@@ -86,7 +86,9 @@ class GatherWindow {
   void forget();
   // Stage 3, after the optimizer: every segment of the parameter shard is stale (converted
   // just ahead of its next gather) and the persistent segment is gathered again now.
-  Status publish();
+  // shard_converted: the optimizer already wrote the whole shard (zrt_optimizer_args_t's
+  // params_written), so nothing is stale.
+  Status publish(bool shard_converted = false);
   // Stage 3, after the backup was restored: the whole parameter shard from master.
   void rederive();
   // Converts every stale segment at once and waits (checkpoints read the parameter shard).

@@ -82,6 +82,10 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
     args.pieces = pieces_[s].data();
     args.num_pieces = pieces_[s].size();
     args.step = step;
+    // Offloaded master and state are host memory whatever the parameters are; the parameter
+    // copy is the pipeline's (no param_spans), so a fused optimizer writes master and state only.
+    args.mem_kind = ZRT_MEM_HOST;
+    args.param_dtype = ctx_.options.param_dtype;
     *optimized = true;
     *code = optimizer(&args, user_data);
     if (*code != ZRT_SUCCESS) return Status::ok();

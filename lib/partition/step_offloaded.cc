@@ -106,7 +106,7 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
 
   // Every rank's pipeline succeeded: publish (the owned slices are converted already).
   owned_converted_ = convert_back;
-  return commit(next);
+  return commit(next, false);
 }
 
 }  // namespace zrt

@@ -141,7 +141,30 @@ void StepTransaction::restore_backup() {
   backup_.complete();
 }
 
-Status StepTransaction::publish_params() {
+void StepTransaction::fill_param_spans() {
+  const PartitionBuffers& buf = ctx_.buffers;
+  param_spans_.clear();
+  switch (ctx_.policy.param_home()) {
+    case ParamHome::kReplicated:
+      param_spans_.push_back({0, ctx_.layout.shard_numel(), buf.full_params});
+      return;
+    case ParamHome::kShard:
+      param_spans_.push_back({0, ctx_.layout.shard_numel(), buf.param_shard});
+      return;
+    case ParamHome::kOwnedSlices:
+      break;
+  }
+  // The owned slice of every segment, as publish_params converts it.
+  const auto& segments = ctx_.layout.segments();
+  for (int s = 0; s < static_cast<int>(segments.size()); ++s) {
+    const Segment& seg = segments[s];
+    char* owned = ctx_.param_ptr(
+        buf.full_params, ctx_.segment_start(s) + static_cast<size_t>(ctx_.rank) * seg.slice);
+    param_spans_.push_back({seg.shard_offset, seg.slice, owned});
+  }
+}
+
+Status StepTransaction::publish_params(bool converted) {
   // Device ops convert on the all-gather stream, ahead of the gathers they feed.
   ElementOps* ops = ctx_.ops;
   ScopedBind bound(*ops);
@@ -152,10 +175,12 @@ Status StepTransaction::publish_params() {
   const auto& segments = ctx_.layout.segments();
   switch (ctx_.policy.param_home()) {
     case ParamHome::kReplicated:
-      ops->convert(ZRT_F32, buf.master, pdt, buf.full_params, ctx_.layout.shard_numel());
+      if (!converted) {
+        ops->convert(ZRT_F32, buf.master, pdt, buf.full_params, ctx_.layout.shard_numel());
+      }
       return Status::ok();
     case ParamHome::kShard:
-      return window_.publish();
+      return window_.publish(converted);
     case ParamHome::kOwnedSlices:
       break;
   }
@@ -166,12 +191,12 @@ Status StepTransaction::publish_params() {
     char* owned = ctx_.param_ptr(full, static_cast<size_t>(ctx_.rank) * seg.slice);
     const float* master = buf.master + seg.shard_offset;
     if (ctx_.size == 1) {
-      if (!owned_converted_) ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
+      if (!converted) ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
       continue;
     }
     // On the stream, ahead of the gather that sends it (offload: converted there already).
     const size_t p_size = ctx_.p_size;
-    if (!owned_converted_) {
+    if (!converted) {
       ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
           ag, seg.slice,
           [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
@@ -257,24 +282,37 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
   args.pieces = ctx_.shard.pieces.data();
   args.num_pieces = ctx_.shard.pieces.size();
   args.step = next;
+  args.mem_kind = ctx_.on_device ? ZRT_MEM_CUDA : ZRT_MEM_HOST;
+  args.param_dtype = ctx_.options.param_dtype;
+  fill_param_spans();
+  args.param_spans = param_spans_.data();
+  args.num_param_spans = param_spans_.size();
+  int params_written = 0;
+  args.params_written = &params_written;
   take_backup();  // what the fetches' shares did not copy
   const zrt_status_t code = optimizer(&args, user_data);
   backup_.invalidate();
+  const bool converted = code == ZRT_SUCCESS && params_written == 1;
   const bool backed_up = buf.backup_master != nullptr;
   const char* undo = backed_up ? "master and optimizer state were restored"
                                : "step_backup is 0: master and optimizer state are as the "
                                  "callbacks left them, reload a checkpoint";
+  // Rolled back after the optimizer wrote the parameters: they follow the restored master.
+  auto roll_back = [&] {
+    restore_backup();
+    if (backed_up && params_written != 0) rederive_params();
+  };
   const Status voted =
       exchange_codes(code, "step: agreeing that every rank's optimizer succeeded", &codes);
   if (!voted.is_ok()) {
-    restore_backup();
+    roll_back();
     return voted.with_context(fmt::format(
         "step {} (this rank's optimizer returned {}; {} on this rank)", next,
         zrt_status_string(code), backed_up ? "master and optimizer state were restored" : undo));
   }
   failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
-    restore_backup();
+    roll_back();
     return Status::error(first,
                          "step {}: the optimizer callback failed on rank(s){}; {} on every "
                          "rank, parameters unchanged",
@@ -282,12 +320,12 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
   }
 
   // Phase 3: publish. Every rank's optimizer succeeded.
-  return commit(next);
+  return commit(next, converted);
 }
 
-Status StepTransaction::commit(int64_t next) {
+Status StepTransaction::commit(int64_t next, bool optimizer_wrote_params) {
   const bool backed_up = ctx_.buffers.backup_master != nullptr;
-  const Status published = publish_params();
+  const Status published = publish_params(optimizer_wrote_params || owned_converted_);
   owned_converted_ = false;
   if (!published.is_ok()) {
     if (!backed_up) {
@@ -331,7 +369,7 @@ Status StepTransaction::restore_checkpoint(const float* master,
   // Units gathered ahead hold the old parameters: forget them, and start the order over.
   window_.rewind();
   // Publish master as a step does.
-  return publish_params();
+  return publish_params(false);
 }
 
 }  // namespace zrt

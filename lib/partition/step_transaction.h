@@ -9,7 +9,10 @@
 // is back, and the conversions run while it computes); stage 3 marks the parameter shard stale
 // (each unit's slice is converted just ahead of its next gather, gather_window.h) and
 // re-gathers the persistent segment. The gradient shard is not cleared: the next step's first
-// reductions overwrite it (gradient_pipeline.h).
+// reductions overwrite it (gradient_pipeline.h). An optimizer may write the param_dtype copy
+// itself in its pass over the shard (the fused optimizers of lib/optim do): the step hands it
+// the spans of the parameter buffers the conversion would write, and skips the conversion when
+// the optimizer says it wrote them (params_written); the gathers run as before.
 //
 // The step backup (step_backup = 1) copies master and state before the optimizer. They do not
 // change between steps, so the copy runs while the framework computes: every fetch after master
@@ -98,11 +101,16 @@ class StepTransaction {
   // backup: at once, or (stream non-null) as piecewise tasks on the stream.
   Status copy_backup_range(size_t begin, size_t end, Stream* stream);
   void restore_backup();
-  // Phase 3: master to param_dtype where this rank keeps it, and the gathers that share it.
-  Status publish_params();
+  // Phase 3: master to param_dtype where this rank keeps it (unless it is there already:
+  // `converted`, by the optimizer's own pass or the offload pipeline), and the gathers that
+  // share it.
+  Status publish_params(bool converted);
+  // Where this rank's parameters are published from, per stretch of the shard, for the
+  // optimizer that writes them in its own pass (zrt_optimizer_args_t::param_spans).
+  void fill_param_spans();
   // Phase 3 once every rank's optimizer succeeded: publish, or undo a failed publish; success
   // commits the step.
-  Status commit(int64_t next);
+  Status commit(int64_t next, bool optimizer_wrote_params);
   // After restore_backup: the parameters this rank derives from its own master.
   void rederive_params();
 
@@ -110,6 +118,7 @@ class StepTransaction {
   GatherWindow& window_;
   GradientPipeline& grads_;
   BackupCursor backup_;
+  std::vector<zrt_param_span_t> param_spans_;
   bool backup_in_flight_ = false;  // copies of it are enqueued on the all-gather stream
   int64_t step_ = 0;
   std::unique_ptr<OffloadPipeline> offload_;  // offload_optimizer only

@@ -100,7 +100,12 @@ int main(void) {
   FIELD(zrt_shard_piece_t, shard_offset, 16);
   FIELD(zrt_shard_piece_t, count, 24);
 
-  SIZE(zrt_optimizer_args_t, 72);
+  SIZE(zrt_param_span_t, 24);
+  FIELD(zrt_param_span_t, shard_offset, 0);
+  FIELD(zrt_param_span_t, count, 8);
+  FIELD(zrt_param_span_t, data, 16);
+
+  SIZE(zrt_optimizer_args_t, 104);
   FIELD(zrt_optimizer_args_t, size, 0);
   FIELD(zrt_optimizer_args_t, master, 8);
   FIELD(zrt_optimizer_args_t, grad, 16);
@@ -110,6 +115,31 @@ int main(void) {
   FIELD(zrt_optimizer_args_t, pieces, 48);
   FIELD(zrt_optimizer_args_t, num_pieces, 56);
   FIELD(zrt_optimizer_args_t, step, 64);
+  FIELD(zrt_optimizer_args_t, mem_kind, 72);
+  FIELD(zrt_optimizer_args_t, param_dtype, 76);
+  FIELD(zrt_optimizer_args_t, param_spans, 80);
+  FIELD(zrt_optimizer_args_t, num_param_spans, 88);
+  FIELD(zrt_optimizer_args_t, params_written, 96);
+
+  SIZE(zrt_optimizer_config_t, 128);
+  FIELD(zrt_optimizer_config_t, size, 0);
+  FIELD(zrt_optimizer_config_t, magic, 8);
+  FIELD(zrt_optimizer_config_t, version, 12);
+  FIELD(zrt_optimizer_config_t, kind, 16);
+  FIELD(zrt_optimizer_config_t, lr, 24);
+  FIELD(zrt_optimizer_config_t, beta1, 32);
+  FIELD(zrt_optimizer_config_t, beta2, 40);
+  FIELD(zrt_optimizer_config_t, eps, 48);
+  FIELD(zrt_optimizer_config_t, weight_decay, 56);
+  FIELD(zrt_optimizer_config_t, momentum, 64);
+  FIELD(zrt_optimizer_config_t, dampening, 72);
+  FIELD(zrt_optimizer_config_t, nesterov, 80);
+  FIELD(zrt_optimizer_config_t, bias_correction, 84);
+  FIELD(zrt_optimizer_config_t, grad_scale, 88);
+  FIELD(zrt_optimizer_config_t, clip_factor, 96);
+  FIELD(zrt_optimizer_config_t, decay_mask, 104);
+  FIELD(zrt_optimizer_config_t, decay_mask_count, 112);
+  FIELD(zrt_optimizer_config_t, pool, 120);
 
   SIZE(zrt_partition_memory_t, 176);
   FIELD(zrt_partition_memory_t, size, 0);
