@@ -142,12 +142,16 @@ typedef enum zrt_mem_kind ZRT_ENUM_TYPE {
 
 typedef struct zrt_comm* zrt_comm_t;
 
+/* The longest timeout zrt keeps (10^12 ms, about 31 years; ZRT_TIMEOUT's own limit). */
+#define ZRT_TIMEOUT_MAX_MS 1000000000000LL
+
 typedef struct zrt_comm_config {
   size_t size;        /* sizeof(zrt_comm_config_t) as the caller compiled it */
   uint32_t magic;     /* ZRT_CONFIG_MAGIC */
   uint32_t version;   /* ZRT_VERSION_CODE as the caller compiled it; not 0 */
   int64_t timeout_ms; /* every wait fails with ZRT_TIMEOUT after this long without progress;
-                         0 = ZRT_TIMEOUT from the environment (seconds), else 60 s */
+                         0 = ZRT_TIMEOUT from the environment (seconds), else 60 s; values
+                         above ZRT_TIMEOUT_MAX_MS are clamped to it ("wait forever") */
   const char* name;   /* shown in log lines, 1 to 64 characters; NULL = "zrt"; copied */
 } zrt_comm_config_t;
 
