@@ -500,16 +500,18 @@ ZRT_API zrt_status_t zrt_partition_destroy(zrt_partition_t pm);
 
 /* Registration, before zrt_partition_finalize and identical on every rank. Units are added in
  * forward order and numbered from 0, parameters numbered from 0 in the order added; name is
- * copied (NULL = ""). Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0, unknown
- * flags), ZRT_INVALID_USAGE (after finalize). */
+ * copied (NULL = ""). A parameter, and all of them together, hold at most 2^50 elements.
+ * Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0 or over the limit, unknown flags),
+ * ZRT_INVALID_USAGE (after finalize). */
 ZRT_API zrt_status_t zrt_partition_add_unit(zrt_partition_t pm, const char* name, int* unit);
 ZRT_API zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* name,
                                              size_t numel, uint32_t flags, int* param);
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
  * the same model with the same configuration. Parameters start at zero (zrt_partition_load_param
- * sets them). Collective. Errors: ZRT_INVALID_USAGE (called twice, no parameter, ranks disagree:
- * the differing ranks are named), ZRT_OUT_OF_MEMORY. */
+ * sets them). Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or
+ * more than 2^22 buckets: raise bucket_bytes), ZRT_INVALID_USAGE (called twice, no parameter,
+ * ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
 ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
 
 /* Sets a parameter's value from `values`: the full parameter, numel elements of dtype (f32, f16
@@ -573,7 +575,7 @@ ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, voi
  * until zrt_partition_grad_ready of its unit; take it again for every unit and micro-batch. One
  * unit's gradients are open at a time. May wait until zrt has read the window it hands out.
  * Errors: ZRT_INVALID_ARGUMENT (unknown or frozen param), ZRT_INVALID_USAGE (another unit's
- * gradients are open). */
+ * gradients are open; its unit was already signalled with grad_ready in this micro-batch). */
 ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
 
 /* Whether the coming micro-batch reduces its gradients (1, the default) or only accumulates
@@ -718,15 +720,19 @@ ZRT_API zrt_status_t zrt_event_create_cuda(zrt_comm_t comm, zrt_event_t* event);
  * ------------------------------------------------------------------------------------------- */
 
 /* Saves the manager's state into folder `dir` (created if needed), replacing a checkpoint there
- * atomically; each rank writes its own shard. Errors: ZRT_SYSTEM_ERROR (a file could not be
- * written: file and errno are named). On error the folder holds the previous checkpoint. */
+ * atomically; each rank writes its own shard. The first save takes the folder for this process
+ * (a lock file, kept until exit): another job's save there is refused. Errors: ZRT_SYSTEM_ERROR
+ * (a file could not be written: file and errno are named), ZRT_INVALID_USAGE (the folder belongs
+ * to another live job: its host, pid and job are named). On error the folder holds the previous
+ * checkpoint. */
 ZRT_API zrt_status_t zrt_partition_save(zrt_partition_t pm, const char* dir);
 
 /* Loads the checkpoint in `dir`, saved by a manager with the same parameters (names, sizes,
  * frozen flags, in order) and optimizer_slots, at any N, stage and bucket size. On success the
  * manager continues from the saved step (parameters republished); on any error no rank's state
- * changed. Errors: ZRT_INVALID_ARGUMENT (no manifest; a missing, truncated or corrupted file; a
- * manifest for another model or of an unknown format: file and parameter are named),
+ * changed. Errors: ZRT_INVALID_ARGUMENT (no manifest; a missing, truncated or corrupted file, the
+ * manifest included; a shard that is not what the manifest says; a FIFO or device instead of a
+ * file; a manifest for another model or of an unknown format: file and parameter are named),
  * ZRT_SYSTEM_ERROR. */
 ZRT_API zrt_status_t zrt_partition_load(zrt_partition_t pm, const char* dir);
 

@@ -37,6 +37,7 @@ struct Connection {
   size_t output_sent = 0;
   bool authenticated = false;
   Deadline hello_until;                // an unauthenticated connection is closed at this point
+  bool counted = false;                // counts in State::unauthenticated
   bool closing = false;                // close once output has left
   bool dead = false;                   // close now
   std::optional<StoreRequest> parked;  // a get/wait whose keys do not all exist yet
@@ -81,6 +82,11 @@ struct StoreServer::State {
   // sends its hello right after connecting; the oldest silent one is the likeliest flooder).
   void evict_oldest_unauthenticated();
   void expire_hellos(Clock::time_point now);
+  void uncount(Connection& connection) {
+    if (!connection.counted) return;
+    connection.counted = false;
+    --unauthenticated;
+  }
   void read_from(Connection& connection);
   void write_to(Connection& connection);
   void serve_frames(Connection& connection);
@@ -164,7 +170,7 @@ void StoreServer::State::handle(Connection& connection, StoreRequest request) {
       return;
     }
     connection.authenticated = true;
-    --unauthenticated;
+    uncount(connection);
     reply(connection, StoreReply{});
     return;
   }
@@ -304,7 +310,7 @@ void StoreServer::State::evict_oldest_unauthenticated() {
   }
   if (oldest == nullptr) return;
   oldest->dead = true;  // closed silently: a flooder gets no reply to amplify
-  --unauthenticated;
+  uncount(*oldest);
   ++evicted;
 }
 
@@ -312,7 +318,7 @@ void StoreServer::State::expire_hellos(Clock::time_point now) {
   for (auto& connection : connections) {
     if (connection->authenticated || connection->dead || now < connection->hello_until) continue;
     connection->dead = true;
-    --unauthenticated;
+    uncount(*connection);
     ++evicted;
   }
 }
@@ -335,6 +341,7 @@ void StoreServer::State::accept_all() {
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
     connection->hello_until = deadline_after_ms(limits.hello_timeout_ms);
+    connection->counted = true;
     ++unauthenticated;
     connections.push_back(std::move(connection));
   }
@@ -395,8 +402,9 @@ void StoreServer::State::run() {
     }
     if (unauthenticated > 0) expire_hellos(Clock::now());
     if (entries[0].revents & POLLIN) accept_all();
-    std::erase_if(connections, [](const std::unique_ptr<Connection>& connection) {
+    std::erase_if(connections, [this](const std::unique_ptr<Connection>& connection) {
       if (!connection->dead) return false;
+      uncount(*connection);
       close(connection->fd);
       return true;
     });
