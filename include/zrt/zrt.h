@@ -575,7 +575,8 @@ ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, voi
  * until zrt_partition_grad_ready of its unit; take it again for every unit and micro-batch. One
  * unit's gradients are open at a time. May wait until zrt has read the window it hands out.
  * Errors: ZRT_INVALID_ARGUMENT (unknown or frozen param), ZRT_INVALID_USAGE (another unit's
- * gradients are open; its unit was already signalled with grad_ready in this micro-batch). */
+ * gradients are open; its unit was already signalled with grad_ready in this micro-batch; its
+ * unit is out of backward order as for zrt_partition_grad_ready). */
 ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
 
 /* Whether the coming micro-batch reduces its gradients (1, the default) or only accumulates
@@ -587,7 +588,9 @@ ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
  * bucket this completes. May wait for a bucket to come free; returns once the work is enqueued,
  * while zrt may still read the unit's gradient window: do not write those pointers again.
  * Parameters of the unit without a grad_data call contribute zeros. Errors:
- * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch). */
+ * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch;
+ * out of backward order where the buckets could then not complete the micro-batch: refused
+ * before anything changed, naming the unit to signal next). */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 
 /* The global L2 norm of the reduced gradients (sum of squares in f64) and whether any element
