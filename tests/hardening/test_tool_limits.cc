@@ -62,8 +62,8 @@ TEST(ToolLimits, ZrtMemRefusesWhatItCannotRepresent) {
 TEST(ToolLimits, ZrtBenchRefusesSweepsItCannotRun) {
   const std::string bench = exe("ZRT_BENCH_EXE");
   ASSERT_FALSE(bench.empty());
-  expect_refused({bench, "-b", "8", "-e", "1.2e15"}, "limit");
-  expect_refused({bench, "-b", "1", "-e", "1G", "-i", "1"}, "more than 4096 sizes");
+  expect_refused({bench, "all_reduce", "-b", "8", "-e", "1.2e15"}, "limit");
+  expect_refused({bench, "all_reduce", "-b", "1", "-e", "1G", "-i", "1"}, "more than 4096 sizes");
 }
 
 TEST(ToolLimits, TrainLmCorpusThatIsNoFileIsAClearError) {
