@@ -229,6 +229,12 @@ Status read_file(const Manifest& m, size_t index, const std::string& dir,
         break;
       }
     }
+    if (lost.empty() && entry.identity_bytes != 0 &&
+        entry.identity_offset + entry.identity_bytes > file.size()) {
+      lost = fmt::format("; its identity record (bytes [{}, {})) lies past its end; it holds {}",
+                         entry.identity_offset, entry.identity_offset + entry.identity_bytes,
+                         file_contents_label(m, entry));
+    }
     if (lost.empty()) lost = fmt::format("; it holds {}", file_contents_label(m, entry));
     return Status::invalid_argument(
         "checkpoint file {} is {}: {} bytes, the manifest says {}{}", path,

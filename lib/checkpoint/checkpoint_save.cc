@@ -136,7 +136,7 @@ Status save_checkpoint(PartitionManager& pm, const std::string& dir) {
   // Up front, before any file is written: the folder must be this job's (directory_lock.h).
   if (ready.is_ok() && rank == 0) {
     ready = make_directories(dir);
-    if (ready.is_ok()) ready = lock_checkpoint_directory(dir);
+    if (ready.is_ok()) ready = lock_checkpoint_directory(dir, &pm);
   }
   uint64_t values[3] = {rank == 0 ? make_save_nonce() : 0, 0, 0};
   std::vector<RankReport> reports;

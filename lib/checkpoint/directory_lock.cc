@@ -10,8 +10,8 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -143,20 +143,24 @@ class Held {
  public:
   ~Held() { release(); }
   std::mutex mutex;
-  std::set<std::string> paths;  // lock files this process created
-  void release() {
+  std::map<std::string, const void*> paths;  // lock files this process created: their holder
+  void release(const void* holder = nullptr) {
     std::lock_guard<std::mutex> lock(mutex);
     const Owner self = me();
-    for (const std::string& path : paths) {
+    for (auto it = paths.begin(); it != paths.end();) {
+      if (holder != nullptr && it->second != holder) {
+        ++it;
+        continue;
+      }
       std::string text;
       Owner owner;
       // Only our own lock: a stale-lock takeover by another job must not be undone here.
-      if (read_small_file(path, 4096, &text).is_ok() && parse(text, &owner) &&
+      if (read_small_file(it->first, 4096, &text).is_ok() && parse(text, &owner) &&
           same_process(owner, self)) {
-        ::unlink(path.c_str());
+        ::unlink(it->first.c_str());
       }
+      it = paths.erase(it);
     }
-    paths.clear();
   }
 };
 
@@ -167,7 +171,7 @@ Held& held() {
 
 }  // namespace
 
-Status lock_checkpoint_directory(const std::string& dir) {
+Status lock_checkpoint_directory(const std::string& dir, const void* holder) {
   Held& registry = held();
   std::lock_guard<std::mutex> guard(registry.mutex);
   const std::string path = dir + "/" + kCheckpointLockName;
@@ -175,7 +179,7 @@ Status lock_checkpoint_directory(const std::string& dir) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     const int err = create_lock(path, serialize(self));
     if (err == 0) {
-      registry.paths.insert(path);
+      registry.paths[path] = holder;
       return Status::ok();
     }
     if (err != EEXIST) {
@@ -195,7 +199,8 @@ Status lock_checkpoint_directory(const std::string& dir) {
                                 dir, path));
     }
     if (same_process(owner, self)) {
-      registry.paths.insert(path);
+      // Another manager of this process may hold it: one process is one job.
+      if (registry.paths.count(path) == 0) registry.paths[path] = holder;
       return Status::ok();
     }
     if (stale(owner, self.host)) {
@@ -218,8 +223,8 @@ Status lock_checkpoint_directory(const std::string& dir) {
                             dir, path));
 }
 
-void release_checkpoint_directory_locks() {
-  held().release();
+void release_checkpoint_directory_locks(const void* holder) {
+  held().release(holder);
 }
 
 }  // namespace zrt
