@@ -1,8 +1,12 @@
 #include "corpus.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <array>
-#include <fstream>
-#include <iterator>
+
+#include <cerrno>
+#include <cstring>
 
 namespace train_lm {
 namespace {
@@ -16,15 +20,50 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+bool read_regular_file(const std::string& path, std::string* text, std::string* error) {
+  // O_NONBLOCK: a FIFO opens at once instead of waiting for a writer.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    *error = "--corpus " + path + ": " + std::strerror(errno) +
+             (errno == ENOENT ? " (the default is Debian's wamerican package)" : "");
+    return false;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    *error = "--corpus " + path + " is " +
+             (S_ISDIR(st.st_mode)    ? "a directory"
+              : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                     : "not a file") +
+             ", not a text file; give the path of a text file";
+    return false;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  text->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < text->size()) {
+    const ssize_t n = read(fd, text->data() + done, text->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = "--corpus " + path + ": reading: " + std::strerror(errno);
+      close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  text->resize(done);
+  return true;
+}
+
 }  // namespace
 
 bool Corpus::load(const std::string& path, int context, std::string* error) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    *error = "cannot read " + path + " (install Debian's wamerican package)";
-    return false;
-  }
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  // A directory, FIFO or unreadable path is an error message here, never an exception or a
+  // hang (std::ifstream of a directory "opens" and then throws on the first read).
+  std::string text;
+  if (!read_regular_file(path, &text, error)) return false;
   if (text.size() < static_cast<size_t>(context) * 16) {
     *error = path + " is too small for a context of " + std::to_string(context);
     return false;

@@ -142,12 +142,16 @@ typedef enum zrt_mem_kind ZRT_ENUM_TYPE {
 
 typedef struct zrt_comm* zrt_comm_t;
 
+/* The longest timeout zrt keeps (10^12 ms, about 31 years; ZRT_TIMEOUT's own limit). */
+#define ZRT_TIMEOUT_MAX_MS 1000000000000LL
+
 typedef struct zrt_comm_config {
   size_t size;        /* sizeof(zrt_comm_config_t) as the caller compiled it */
   uint32_t magic;     /* ZRT_CONFIG_MAGIC */
   uint32_t version;   /* ZRT_VERSION_CODE as the caller compiled it; not 0 */
   int64_t timeout_ms; /* every wait fails with ZRT_TIMEOUT after this long without progress;
-                         0 = ZRT_TIMEOUT from the environment (seconds), else 60 s */
+                         0 = ZRT_TIMEOUT from the environment (seconds), else 60 s; values
+                         above ZRT_TIMEOUT_MAX_MS are clamped to it ("wait forever") */
   const char* name;   /* shown in log lines, 1 to 64 characters; NULL = "zrt"; copied */
 } zrt_comm_config_t;
 
@@ -501,16 +505,18 @@ ZRT_API zrt_status_t zrt_partition_destroy(zrt_partition_t pm);
 
 /* Registration, before zrt_partition_finalize and identical on every rank. Units are added in
  * forward order and numbered from 0, parameters numbered from 0 in the order added; name is
- * copied (NULL = ""). Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0, unknown
- * flags), ZRT_INVALID_USAGE (after finalize). */
+ * copied (NULL = ""). A parameter, and all of them together, hold at most 2^50 elements.
+ * Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0 or over the limit, unknown flags),
+ * ZRT_INVALID_USAGE (after finalize). */
 ZRT_API zrt_status_t zrt_partition_add_unit(zrt_partition_t pm, const char* name, int* unit);
 ZRT_API zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* name,
                                              size_t numel, uint32_t flags, int* param);
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
  * the same model with the same configuration. Parameters start at zero (zrt_partition_load_param
- * sets them). Collective. Errors: ZRT_INVALID_USAGE (called twice, no parameter, ranks disagree:
- * the differing ranks are named), ZRT_OUT_OF_MEMORY. */
+ * sets them). Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or
+ * more than 2^22 buckets: raise bucket_bytes), ZRT_INVALID_USAGE (called twice, no parameter,
+ * ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
 ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
 
 /* Sets a parameter's value from `values`: the full parameter, numel elements of dtype (f32, f16
@@ -580,7 +586,8 @@ ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, voi
  * until zrt_partition_grad_ready of its unit; take it again for every unit and micro-batch. One
  * unit's gradients are open at a time. May wait until zrt has read the window it hands out.
  * Errors: ZRT_INVALID_ARGUMENT (unknown or frozen param), ZRT_INVALID_USAGE (another unit's
- * gradients are open). */
+ * gradients are open; its unit was already signalled with grad_ready in this micro-batch; its
+ * unit is out of backward order as for zrt_partition_grad_ready). */
 ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void** grad);
 
 /* Whether the coming micro-batch reduces its gradients (1, the default) or only accumulates
@@ -592,7 +599,9 @@ ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
  * bucket this completes. May wait for a bucket to come free; returns once the work is enqueued,
  * while zrt may still read the unit's gradient window: do not write those pointers again.
  * Parameters of the unit without a grad_data call contribute zeros. Errors:
- * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch). */
+ * ZRT_INVALID_ARGUMENT (unknown unit), ZRT_INVALID_USAGE (signalled twice in one micro-batch;
+ * out of backward order where the buckets could then not complete the micro-batch: refused
+ * before anything changed, naming the unit to signal next). */
 ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 
 /* The global L2 norm of the reduced gradients (sum of squares in f64) and whether any element
@@ -845,15 +854,19 @@ ZRT_API zrt_status_t zrt_event_create_cuda(zrt_comm_t comm, zrt_event_t* event);
  * ------------------------------------------------------------------------------------------- */
 
 /* Saves the manager's state into folder `dir` (created if needed), replacing a checkpoint there
- * atomically; each rank writes its own shard. Errors: ZRT_SYSTEM_ERROR (a file could not be
- * written: file and errno are named). On error the folder holds the previous checkpoint. */
+ * atomically; each rank writes its own shard. The first save takes the folder for this process
+ * (a lock file, kept until exit): another job's save there is refused. Errors: ZRT_SYSTEM_ERROR
+ * (a file could not be written: file and errno are named), ZRT_INVALID_USAGE (the folder belongs
+ * to another live job: its host, pid and job are named). On error the folder holds the previous
+ * checkpoint. */
 ZRT_API zrt_status_t zrt_partition_save(zrt_partition_t pm, const char* dir);
 
 /* Loads the checkpoint in `dir`, saved by a manager with the same parameters (names, sizes,
  * frozen flags, in order) and optimizer_slots, at any N, stage and bucket size. On success the
  * manager continues from the saved step (parameters republished); on any error no rank's state
- * changed. Errors: ZRT_INVALID_ARGUMENT (no manifest; a missing, truncated or corrupted file; a
- * manifest for another model or of an unknown format: file and parameter are named),
+ * changed. Errors: ZRT_INVALID_ARGUMENT (no manifest; a missing, truncated or corrupted file, the
+ * manifest included; a shard that is not what the manifest says; a FIFO or device instead of a
+ * file; a manifest for another model or of an unknown format: file and parameter are named),
  * ZRT_SYSTEM_ERROR. */
 ZRT_API zrt_status_t zrt_partition_load(zrt_partition_t pm, const char* dir);
 

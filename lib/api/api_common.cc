@@ -10,7 +10,9 @@ namespace {
 thread_local std::string last_error;
 }  // namespace
 
-const char* last_error_cstr() { return last_error.c_str(); }
+const char* last_error_cstr() {
+  return last_error.c_str();
+}
 
 zrt_status_t finish(const char* function, const Status& status) {
   if (status.is_ok()) {
@@ -37,7 +39,13 @@ Status check_comm(const zrt_comm* comm, const char* arg) {
 }
 
 Status check_stream(const zrt_stream* stream, const char* arg) {
-  if (stream == nullptr) return Status::invalid_argument("{} is NULL", arg);
+  if (stream == nullptr) {
+    // Collectives take NULL for the default stream (resolve_stream); calls on a stream do not.
+    return Status::invalid_argument(
+        "{} is NULL: pass a stream made by zrt_stream_create (only collective and partition "
+        "calls take NULL, for the communicator's default stream)",
+        arg);
+  }
   if (stream->magic != kStreamMagic || stream->impl == nullptr) {
     return Status::invalid_argument("{} is not a live zrt_stream_t", arg);
   }
@@ -71,21 +79,33 @@ extern "C" {
 
 const char* zrt_status_string(zrt_status_t status) {
   switch (status) {
-    case ZRT_SUCCESS: return "ZRT_SUCCESS";
-    case ZRT_IN_PROGRESS: return "ZRT_IN_PROGRESS";
-    case ZRT_INVALID_ARGUMENT: return "ZRT_INVALID_ARGUMENT";
-    case ZRT_INVALID_USAGE: return "ZRT_INVALID_USAGE";
-    case ZRT_SYSTEM_ERROR: return "ZRT_SYSTEM_ERROR";
-    case ZRT_REMOTE_ERROR: return "ZRT_REMOTE_ERROR";
-    case ZRT_TIMEOUT: return "ZRT_TIMEOUT";
-    case ZRT_UNSUPPORTED: return "ZRT_UNSUPPORTED";
-    case ZRT_OUT_OF_MEMORY: return "ZRT_OUT_OF_MEMORY";
-    case ZRT_INTERNAL_ERROR: return "ZRT_INTERNAL_ERROR";
+    case ZRT_SUCCESS:
+      return "ZRT_SUCCESS";
+    case ZRT_IN_PROGRESS:
+      return "ZRT_IN_PROGRESS";
+    case ZRT_INVALID_ARGUMENT:
+      return "ZRT_INVALID_ARGUMENT";
+    case ZRT_INVALID_USAGE:
+      return "ZRT_INVALID_USAGE";
+    case ZRT_SYSTEM_ERROR:
+      return "ZRT_SYSTEM_ERROR";
+    case ZRT_REMOTE_ERROR:
+      return "ZRT_REMOTE_ERROR";
+    case ZRT_TIMEOUT:
+      return "ZRT_TIMEOUT";
+    case ZRT_UNSUPPORTED:
+      return "ZRT_UNSUPPORTED";
+    case ZRT_OUT_OF_MEMORY:
+      return "ZRT_OUT_OF_MEMORY";
+    case ZRT_INTERNAL_ERROR:
+      return "ZRT_INTERNAL_ERROR";
   }
   return "ZRT_UNKNOWN_STATUS";
 }
 
-const char* zrt_last_error(void) { return zrt::api::last_error_cstr(); }
+const char* zrt_last_error(void) {
+  return zrt::api::last_error_cstr();
+}
 
 zrt_status_t zrt_get_version(int* version) {
   ZRT_API_BODY("zrt_get_version", {

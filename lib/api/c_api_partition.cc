@@ -8,6 +8,7 @@
 #include "lib/api/api_common.h"
 #include "lib/api/partition_handle.h"
 #include "lib/api/struct_abi.h"
+#include "lib/checkpoint/directory_lock.h"
 #include "lib/partition/config.h"
 #include "lib/partition/memory_model.h"
 #include "lib/partition/partition_manager.h"
@@ -85,6 +86,8 @@ zrt_status_t zrt_partition_destroy(zrt_partition_t pm) {
     if (pm == nullptr) return zrt::Status::ok();
     ZRT_RETURN_IF_ERROR(check_pm(pm));
     zrt::Status status = pm->impl->destroy();
+    // Its checkpoint folders are free for other jobs again (lib/checkpoint/directory_lock.h).
+    zrt::release_checkpoint_directory_locks(pm->impl.get());
     pm->impl.reset();
     pm->magic = kDeadMagic;
     delete pm;

@@ -45,6 +45,7 @@ struct EnvRanks {
   int store_port = 0;
   std::string job_token;
   bool store_external = false;  // served by the launcher, not by rank 0
+  int launcher_fd = -1;         // ZRT_LAUNCHER_FD: zrt-run's lifeline (launcher_watch.h)
   std::string source;           // which family of variables was used ("zrt", "torchrun", ...)
 };
 

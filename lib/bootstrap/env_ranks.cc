@@ -169,6 +169,14 @@ Status read_env_ranks(EnvRanks* ranks) {
       return Status::invalid_argument("ZRT_STORE_EXTERNAL='{}' is not 0 or 1", *external);
     }
   }
+  const std::optional<std::string> launcher_fd = get("ZRT_LAUNCHER_FD");
+  if (launcher_fd && !launcher_fd->empty()) {
+    ZRT_RETURN_IF_ERROR(parse_int("ZRT_LAUNCHER_FD", *launcher_fd, &result.launcher_fd));
+    if (result.launcher_fd < 0) {
+      return Status::invalid_argument("ZRT_LAUNCHER_FD={} is not a file descriptor",
+                                      result.launcher_fd);
+    }
+  }
   *ranks = std::move(result);
   return Status::ok();
 }

@@ -35,7 +35,14 @@ Status resolve(const std::string& host, int port, bool passive, addrinfo** resul
 }  // namespace
 
 Deadline deadline_after_ms(int64_t milliseconds) {
-  return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(milliseconds, 0));
+  // Clamped so that the sum cannot overflow the clock's nanoseconds (INT64_MAX ms would).
+  return Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(milliseconds, 0, kMaxWaitMs));
+}
+
+int64_t add_wait_ms(int64_t a, int64_t b) {
+  const int64_t x = std::clamp<int64_t>(a, 0, kMaxWaitMs);
+  const int64_t y = std::clamp<int64_t>(b, 0, kMaxWaitMs);
+  return std::min<int64_t>(x + y, kMaxWaitMs);
 }
 
 int remaining_ms(Deadline deadline) {
@@ -84,6 +91,50 @@ Status listen_tcp(const std::string& host, int port, int* fd, int* bound_port) {
   return Status::ok();
 }
 
+namespace {
+
+// One non-blocking connect attempt bounded by the deadline: a SYN that is never answered (a
+// dropped packet, a full backlog) costs the deadline, not the kernel's two minutes of retries.
+// Returns 0 and the connected socket in *fd, or the errno of the failure (ETIMEDOUT when the
+// deadline passed first).
+int connect_once(const addrinfo& address, Deadline deadline, int* fd) {
+  const int sock = socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          address.ai_protocol);
+  if (sock < 0) return errno;
+  int err = 0;
+  if (connect(sock, address.ai_addr, address.ai_addrlen) != 0) {
+    err = errno;
+    while (err == EINPROGRESS || err == EINTR) {
+      pollfd entry{sock, POLLOUT, 0};
+      const int ready = poll(&entry, 1, remaining_ms(deadline));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) {
+        err = errno;
+        break;
+      }
+      if (ready == 0) {
+        err = ETIMEDOUT;
+        break;
+      }
+      socklen_t length = sizeof(err);
+      if (getsockopt(sock, SOL_SOCKET, SO_ERROR, &err, &length) != 0) err = errno;
+    }
+  }
+  if (err != 0) {
+    close(sock);
+    return err;
+  }
+  // The callers' exchanges poll before every send/recv; blocking mode is what the header says.
+  const int flags = fcntl(sock, F_GETFL);
+  if (flags >= 0) fcntl(sock, F_SETFL, flags & ~O_NONBLOCK);
+  const int one = 1;
+  setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  *fd = sock;
+  return 0;
+}
+
+}  // namespace
+
 Status connect_tcp(const std::string& host, int port, Deadline deadline, int* fd) {
   // Back-off from 5 ms to 200 ms: quick when the server is just starting, cheap when it is late.
   auto pause = std::chrono::milliseconds(5);
@@ -94,21 +145,12 @@ Status connect_tcp(const std::string& host, int port, Deadline deadline, int* fd
     Status resolved = resolve(host, port, false, &addresses);
     if (resolved.is_ok()) {
       for (addrinfo* address = addresses; address != nullptr; address = address->ai_next) {
-        const int sock =
-            socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
-        if (sock < 0) {
-          last_error = errno;
-          continue;
-        }
-        if (connect(sock, address->ai_addr, address->ai_addrlen) == 0) {
-          const int one = 1;
-          setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        const int err = connect_once(*address, deadline, fd);
+        if (err == 0) {
           freeaddrinfo(addresses);
-          *fd = sock;
           return Status::ok();
         }
-        last_error = errno;
-        close(sock);
+        last_error = err;
       }
       freeaddrinfo(addresses);
       last_failure.clear();

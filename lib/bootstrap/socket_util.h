@@ -14,7 +14,12 @@ namespace zrt {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-Deadline deadline_after_ms(int64_t milliseconds);
+// The longest wait a deadline represents (ZRT_TIMEOUT_MAX_MS); longer ones are clamped to it.
+constexpr int64_t kMaxWaitMs = ZRT_TIMEOUT_MAX_MS;
+
+Deadline deadline_after_ms(int64_t milliseconds);  // milliseconds clamped to [0, kMaxWaitMs]
+// a + b for waits, both clamped to [0, kMaxWaitMs] and the sum saturating at kMaxWaitMs.
+int64_t add_wait_ms(int64_t a, int64_t b);
 // Milliseconds left until `deadline`, clamped to [0, INT32_MAX] for poll().
 int remaining_ms(Deadline deadline);
 
@@ -23,7 +28,9 @@ int remaining_ms(Deadline deadline);
 Status listen_tcp(const std::string& host, int port, int* fd, int* bound_port);
 
 // Connects to host:port, retrying refused or unreachable attempts with a growing back-off
-// until the deadline (the server may start after the client). The socket is blocking.
+// until the deadline (the server may start after the client). Each attempt is non-blocking and
+// bounded by the deadline too (an unanswered SYN does not wait for the kernel's retries). The
+// socket returned is blocking.
 Status connect_tcp(const std::string& host, int port, Deadline deadline, int* fd);
 
 // Sends / receives exactly `size` bytes before the deadline. `what` names the exchange in

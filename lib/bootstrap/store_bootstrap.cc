@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/bootstrap/launcher_watch.h"
 #include "lib/bootstrap/local_ranks.h"
 #include "lib/bootstrap/store_client.h"
 #include "lib/bootstrap/store_server.h"
@@ -216,6 +217,7 @@ Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,
   if (timeout_ms <= 0) {
     return Status::invalid_argument("store bootstrap: timeout {} ms must be > 0", timeout_ms);
   }
+  ZRT_RETURN_IF_ERROR(watch_launcher(ranks.launcher_fd, ranks.rank));
   if (ranks.size == 1) {
     *bootstrap = std::make_unique<SingleRankBootstrap>();
     return Status::ok();

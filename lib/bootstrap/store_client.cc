@@ -47,7 +47,7 @@ Status StoreClient::call(const StoreRequest& request, int64_t extra_wait_ms, Sto
                                     frame.size(), kStoreMaxFrameBytes);
   }
   // The exchange gets the client's timeout on top of whatever the server was asked to wait.
-  const Deadline deadline = deadline_after_ms(timeout_ms_ + extra_wait_ms);
+  const Deadline deadline = deadline_after_ms(add_wait_ms(timeout_ms_, extra_wait_ms));
   Status status = send_all(fd_, frame.data(), frame.size(), deadline, what + " request");
   uint8_t header[kStoreFrameHeaderBytes];
   uint32_t body_bytes = 0;

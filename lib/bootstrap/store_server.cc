@@ -23,12 +23,21 @@ namespace {
 // A hello carries the fixed fields and a token of at most kStoreMaxKeyBytes.
 constexpr uint32_t kPreHelloMaxFrameBytes = kStoreMaxKeyBytes + 64;
 
+// How accept failures are logged: the first one, then at most one summary line per interval
+// (a flood that exhausts the fds fails thousands of accepts a second).
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+// After an accept fails for lack of fds, the listener rests this long: the pending connection
+// stays in the backlog and would make poll() return at once, a busy loop.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
+
 struct Connection {
   int fd = -1;
   std::vector<uint8_t> input;
   std::vector<uint8_t> output;
   size_t output_sent = 0;
   bool authenticated = false;
+  Deadline hello_until;                // an unauthenticated connection is closed at this point
+  bool counted = false;                // counts in State::unauthenticated
   bool closing = false;                // close once output has left
   bool dead = false;                   // close now
   std::optional<StoreRequest> parked;  // a get/wait whose keys do not all exist yet
@@ -50,6 +59,14 @@ struct StoreServer::State {
   std::atomic<int64_t> flush_ms{500};
   std::unordered_map<std::string, std::vector<uint8_t>> data;
   std::vector<std::unique_ptr<Connection>> connections;
+  StoreLimits limits;
+  size_t unauthenticated = 0;  // connections in `connections` that have not shown the token
+  Deadline accept_resume;      // the listener is not polled before this (see kAcceptBackoff)
+  Clock::time_point accept_logged_at;
+  bool accept_logged = false;
+  uint64_t accept_failures = 0;               // since the last log line
+  std::atomic<uint64_t> evicted{0};           // unauthenticated connections dropped, in total
+  std::atomic<uint64_t> accept_log_lines{0};  // lines log_accept_failure wrote
 
   ~State() {
     for (auto& connection : connections) close(connection->fd);
@@ -60,6 +77,16 @@ struct StoreServer::State {
 
   void run();
   void accept_all();
+  void log_accept_failure(int err);
+  // Makes room for one more unauthenticated connection by dropping the oldest (a real client
+  // sends its hello right after connecting; the oldest silent one is the likeliest flooder).
+  void evict_oldest_unauthenticated();
+  void expire_hellos(Clock::time_point now);
+  void uncount(Connection& connection) {
+    if (!connection.counted) return;
+    connection.counted = false;
+    --unauthenticated;
+  }
   void read_from(Connection& connection);
   void write_to(Connection& connection);
   void serve_frames(Connection& connection);
@@ -143,6 +170,7 @@ void StoreServer::State::handle(Connection& connection, StoreRequest request) {
       return;
     }
     connection.authenticated = true;
+    uncount(connection);
     reply(connection, StoreReply{});
     return;
   }
@@ -256,26 +284,76 @@ void StoreServer::State::write_to(Connection& connection) {
   if (connection.closing) connection.dead = true;
 }
 
+void StoreServer::State::log_accept_failure(int err) {
+  ++accept_failures;
+  const auto now = Clock::now();
+  if (accept_logged && now - accept_logged_at < kAcceptLogInterval) return;
+  ZRT_LOG_WARN(
+      "store: accept failed {}: {} ({} connections open, {} without a hello; repeats "
+      "are counted, logged at most every {} s)",
+      accept_failures == 1 ? std::string("once")
+                           : fmt::format("{} times since the last report", accept_failures),
+      std::strerror(err), connections.size(), unauthenticated, kAcceptLogInterval.count());
+  ++accept_log_lines;
+  accept_logged = true;
+  accept_logged_at = now;
+  accept_failures = 0;
+}
+
+void StoreServer::State::evict_oldest_unauthenticated() {
+  Connection* oldest = nullptr;
+  for (auto& connection : connections) {
+    if (connection->authenticated || connection->dead) continue;
+    if (oldest == nullptr || connection->hello_until < oldest->hello_until) {
+      oldest = connection.get();
+    }
+  }
+  if (oldest == nullptr) return;
+  oldest->dead = true;  // closed silently: a flooder gets no reply to amplify
+  uncount(*oldest);
+  ++evicted;
+}
+
+void StoreServer::State::expire_hellos(Clock::time_point now) {
+  for (auto& connection : connections) {
+    if (connection->authenticated || connection->dead || now < connection->hello_until) continue;
+    connection->dead = true;
+    uncount(*connection);
+    ++evicted;
+  }
+}
+
 void StoreServer::State::accept_all() {
   while (true) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        ZRT_LOG_WARN("store: accept failed: {}", std::strerror(errno));
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return;
+      log_accept_failure(err);
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        // Free an fd for the next try; until then, leave the backlog alone for a moment.
+        evict_oldest_unauthenticated();
+        accept_resume = Clock::now() + kAcceptBackoff;
       }
       return;
     }
+    if (unauthenticated >= limits.max_unauthenticated) evict_oldest_unauthenticated();
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
+    connection->hello_until = deadline_after_ms(limits.hello_timeout_ms);
+    connection->counted = true;
+    ++unauthenticated;
     connections.push_back(std::move(connection));
   }
 }
 
 int StoreServer::State::poll_timeout_ms() const {
   int timeout = -1;
+  if (Clock::now() < accept_resume) timeout = remaining_ms(accept_resume) + 1;
   for (const auto& connection : connections) {
-    if (!connection->parked) continue;
-    const int left = remaining_ms(connection->parked_until);
+    if (!connection->parked && connection->authenticated) continue;
+    const int left =
+        remaining_ms(connection->parked ? connection->parked_until : connection->hello_until);
     // +1 so that the wake-up lands after the deadline, not a millisecond before it.
     timeout = timeout < 0 ? left + 1 : std::min(timeout, left + 1);
   }
@@ -286,7 +364,8 @@ void StoreServer::State::run() {
   std::vector<pollfd> entries;
   while (!stopping.load()) {
     entries.clear();
-    entries.push_back({listen_fd, POLLIN, 0});
+    // A negative fd is skipped by poll(): the listener rests after fds ran out.
+    entries.push_back({Clock::now() < accept_resume ? -1 : listen_fd, POLLIN, 0});
     entries.push_back({wake_read, POLLIN, 0});
     for (const auto& connection : connections) {
       short events = 0;
@@ -321,9 +400,11 @@ void StoreServer::State::run() {
         write_to(connection);
       }
     }
+    if (unauthenticated > 0) expire_hellos(Clock::now());
     if (entries[0].revents & POLLIN) accept_all();
-    std::erase_if(connections, [](const std::unique_ptr<Connection>& connection) {
+    std::erase_if(connections, [this](const std::unique_ptr<Connection>& connection) {
       if (!connection->dead) return false;
+      uncount(*connection);
       close(connection->fd);
       return true;
     });
@@ -348,12 +429,18 @@ void StoreServer::State::run() {
 }
 
 Status StoreServer::start(const std::string& host, int port, const std::string& token,
-                          std::unique_ptr<StoreServer>* server) {
+                          std::unique_ptr<StoreServer>* server, const StoreLimits& limits) {
   if (port < 0 || port > 65535) {
     return Status::invalid_argument("store port {} is not in 0..65535", port);
   }
+  if (limits.max_unauthenticated < 1 || limits.hello_timeout_ms < 1) {
+    return Status::invalid_argument(
+        "store limits: max_unauthenticated ({}) and hello_timeout_ms ({}) must be >= 1",
+        limits.max_unauthenticated, limits.hello_timeout_ms);
+  }
   auto state = std::make_unique<State>();
   state->token = token;
+  state->limits = limits;
   int bound_port = 0;
   ZRT_RETURN_IF_ERROR(listen_tcp(host, port, &state->listen_fd, &bound_port));
   int pipe_fds[2];
@@ -370,6 +457,15 @@ Status StoreServer::start(const std::string& host, int port, const std::string& 
   ZRT_LOG_DEBUG("store: serving on {}:{}", host.empty() ? "*" : host, bound_port);
   *server = std::move(created);
   return Status::ok();
+}
+
+StoreServer::Counters StoreServer::counters() const {
+  Counters counters;
+  if (state_) {
+    counters.evicted = state_->evicted.load();
+    counters.accept_log_lines = state_->accept_log_lines.load();
+  }
+  return counters;
 }
 
 void StoreServer::stop(int64_t flush_ms) {

@@ -7,6 +7,12 @@
 // passes; the reply to a timeout lists the keys still missing. Oversized or malformed messages
 // are answered with an error naming the fault, then the connection is closed.
 //
+// Under a flood (thousands of idle or slow connections) bootstrap goes on: at most
+// max_unauthenticated connections wait for their hello, each at most hello_timeout_ms; the
+// oldest silent one makes room for a new one and is closed without a reply. When accept() runs
+// out of fds, the oldest silent connection is closed, the listener rests 50 ms, and the
+// failure is logged once per 10 s with a count, not once per attempt.
+//
 // Thread-safety: start/port/stop may be called from any one thread; the map is touched only
 // by the server thread.
 #pragma once
@@ -19,18 +25,29 @@
 
 namespace zrt {
 
+struct StoreLimits {
+  size_t max_unauthenticated = 1024;  // connections waiting for their hello
+  int64_t hello_timeout_ms = 5000;    // how long one may wait before it is closed
+};
+
 class StoreServer {
  public:
+  struct Counters {
+    uint64_t evicted = 0;           // silent connections closed (cap or hello deadline)
+    uint64_t accept_log_lines = 0;  // log lines about failed accepts
+  };
+
   // Listens on host:port (host empty = any address, port 0 = ephemeral; see port()) and starts
   // the serving thread.
   static Status start(const std::string& host, int port, const std::string& token,
-                      std::unique_ptr<StoreServer>* server);
+                      std::unique_ptr<StoreServer>* server, const StoreLimits& limits = {});
 
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
   ~StoreServer();  // stop()
 
   int port() const { return port_; }
+  Counters counters() const;  // any thread
 
   // Stops serving: replies already queued get up to flush_ms to leave, then every connection
   // closes and the thread is joined. Idempotent.

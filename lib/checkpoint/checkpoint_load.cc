@@ -229,6 +229,12 @@ Status read_file(const Manifest& m, size_t index, const std::string& dir,
         break;
       }
     }
+    if (lost.empty() && entry.identity_bytes != 0 &&
+        entry.identity_offset + entry.identity_bytes > file.size()) {
+      lost = fmt::format("; its identity record (bytes [{}, {})) lies past its end; it holds {}",
+                         entry.identity_offset, entry.identity_offset + entry.identity_bytes,
+                         file_contents_label(m, entry));
+    }
     if (lost.empty()) lost = fmt::format("; it holds {}", file_contents_label(m, entry));
     return Status::invalid_argument(
         "checkpoint file {} is {}: {} bytes, the manifest says {}{}", path,
@@ -264,6 +270,11 @@ Status read_file(const Manifest& m, size_t index, const std::string& dir,
         path, kChecksumAlgorithm, checksum_to_hex(checksum.digest()),
         checksum_to_hex(entry.checksum), file_contents_label(m, entry));
   }
+  if (entry.identity_bytes != 0) {
+    std::string identity(static_cast<size_t>(entry.identity_bytes), '\0');
+    ZRT_RETURN_IF_ERROR(file.read_at(entry.identity_offset, identity.data(), identity.size()));
+    ZRT_RETURN_IF_ERROR(check_shard_identity(identity, entry, m.step, m.params, path));
+  }
   return Status::ok();
 }
 
@@ -277,9 +288,17 @@ Status stage_checkpoint(PartitionManager& pm, const std::string& dir, Manifest* 
   if (!read.is_ok()) {
     return Status(read.code(), fmt::format("no checkpoint in {}: {}", dir, read.message()));
   }
-  ZRT_RETURN_IF_ERROR(parse_manifest(text, origin, manifest));
+  Status checksum;
+  ZRT_RETURN_IF_ERROR(parse_manifest_structure(text, origin, manifest, &checksum));
   const Manifest& m = *manifest;
-  ZRT_RETURN_IF_ERROR(check_same_model(m, pm, origin));
+  const Status same = check_same_model(m, pm, origin);
+  if (!same.is_ok()) {
+    if (checksum.is_ok()) return same;
+    return Status(same.code(), same.message() +
+                                   " (and the manifest's checksum does not match its content: it "
+                                   "was corrupted or edited)");
+  }
+  ZRT_RETURN_IF_ERROR(checksum);
   const Layout& layout = pm.layout();
   const size_t shard_bytes = layout.shard_numel() * sizeof(float);
   ZRT_RETURN_IF_ERROR(staging->master.allocate(shard_bytes));

@@ -69,6 +69,12 @@ Status CheckpointReader::verify_file(size_t index, uint64_t* actual) const {
                                     path, kChecksumAlgorithm, checksum_to_hex(*actual),
                                     checksum_to_hex(entry.checksum));
   }
+  if (entry.identity_bytes != 0) {
+    std::string identity(static_cast<size_t>(entry.identity_bytes), '\0');
+    ZRT_RETURN_IF_ERROR(file.read_at(entry.identity_offset, identity.data(), identity.size()));
+    ZRT_RETURN_IF_ERROR(
+        check_shard_identity(identity, entry, manifest_.step, manifest_.params, path));
+  }
   return Status::ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include "lib/checkpoint/agreement.h"
 #include "lib/checkpoint/checkpoint.h"
+#include "lib/checkpoint/directory_lock.h"
 #include "lib/checkpoint/file_io.h"
 #include "lib/checkpoint/manifest.h"
 #include "lib/checkpoint/shard_plan.h"
@@ -22,8 +23,31 @@ namespace {
 // parameters, not contiguous).
 constexpr size_t kBounceBytes = size_t{4} << 20;
 
+std::vector<ManifestParam> manifest_params(const PartitionManager& pm) {
+  std::vector<ManifestParam> params;
+  const auto& specs = pm.param_specs();
+  const auto& units = pm.unit_specs();
+  for (const ParamSpec& spec : specs) {
+    params.push_back({spec.name, units[static_cast<size_t>(spec.unit)].name, spec.numel,
+                      (spec.flags & ZRT_PARAM_FROZEN) != 0});
+  }
+  return params;
+}
+
+// The file record rank r's shard has, identity included; rank 0 describes every file with it
+// and each rank writes its identity record from it, so both agree by construction.
+ManifestFile rank_file_record(const PartitionManager& pm, const std::vector<ManifestParam>& params,
+                              const std::string& tag, int rank, int world) {
+  ManifestFile file = describe_rank_file(
+      rank_contents(pm.layout(), rank, world), pm.options().param_dtype,
+      static_cast<int>(pm.state_shards().size()), shard_file_name(tag, rank, world), rank);
+  add_shard_identity(&file, pm.step_count(), params);
+  return file;
+}
+
 Status write_rank_file(const PartitionManager& pm, const RankContents& contents,
-                       const std::string& path, uint64_t* bytes, uint64_t* checksum) {
+                       const std::string& identity, const std::string& path, uint64_t* bytes,
+                       uint64_t* checksum) {
   const zrt_dtype_t pdt = pm.options().param_dtype;
   DurableWriter out;
   ZRT_RETURN_IF_ERROR(out.open(path));
@@ -52,6 +76,7 @@ Status write_rank_file(const PartitionManager& pm, const RankContents& contents,
     ZRT_RETURN_IF_ERROR(
         out.write(pm.frozen_store() + piece.source_offset * psize, piece.count * psize));
   }
+  ZRT_RETURN_IF_ERROR(out.write(identity.data(), identity.size()));
   ZRT_RETURN_IF_ERROR(out.commit());
   *bytes = out.bytes();
   *checksum = out.checksum();
@@ -68,7 +93,6 @@ uint64_t make_save_nonce() {
 
 Manifest describe_checkpoint(const PartitionManager& pm, const std::string& tag,
                              const std::vector<RankReport>& reports, int world) {
-  const Layout& layout = pm.layout();
   const PartitionOptions& options = pm.options();
   Manifest m;
   m.step = pm.step_count();
@@ -76,15 +100,9 @@ Manifest describe_checkpoint(const PartitionManager& pm, const std::string& tag,
   m.stage = options.stage;
   m.param_dtype = options.param_dtype;
   m.optimizer_slots = static_cast<int>(pm.state_shards().size());
-  const auto& specs = pm.param_specs();
-  const auto& units = pm.unit_specs();
-  for (size_t p = 0; p < specs.size(); ++p) {
-    m.params.push_back({specs[p].name, units[static_cast<size_t>(specs[p].unit)].name,
-                        specs[p].numel, (specs[p].flags & ZRT_PARAM_FROZEN) != 0});
-  }
+  m.params = manifest_params(pm);
   for (int r = 0; r < world; ++r) {
-    ManifestFile file = describe_rank_file(rank_contents(layout, r, world), options.param_dtype,
-                                           m.optimizer_slots, shard_file_name(tag, r, world), r);
+    ManifestFile file = rank_file_record(pm, m.params, tag, r, world);
     file.bytes = reports[static_cast<size_t>(r)].values[0];
     file.checksum = reports[static_cast<size_t>(r)].values[1];
     m.files.push_back(std::move(file));
@@ -114,7 +132,12 @@ Status save_checkpoint(PartitionManager& pm, const std::string& dir) {
   // Round 1: every rank can save (between steps), and rank 0's tag for this save, which makes
   // its file names new so the previous manifest's files stay intact. Nothing is written unless
   // every rank can.
-  const Status ready = pm.checkpoint_quiesce("zrt_partition_save");
+  Status ready = pm.checkpoint_quiesce("zrt_partition_save");
+  // Up front, before any file is written: the folder must be this job's (directory_lock.h).
+  if (ready.is_ok() && rank == 0) {
+    ready = make_directories(dir);
+    if (ready.is_ok()) ready = lock_checkpoint_directory(dir, &pm);
+  }
   uint64_t values[3] = {rank == 0 ? make_save_nonce() : 0, 0, 0};
   std::vector<RankReport> reports;
   ZRT_RETURN_IF_ERROR(exchange_reports(comm, ready, values, &reports));
@@ -127,7 +150,10 @@ Status save_checkpoint(PartitionManager& pm, const std::string& dir) {
   values[0] = values[1] = 0;
   if (local.is_ok()) {
     const RankContents contents = rank_contents(pm.layout(), rank, world);
-    local = write_rank_file(pm, contents, dir + "/" + name, &values[0], &values[1]);
+    const std::vector<ManifestParam> params = manifest_params(pm);
+    const std::string identity =
+        shard_identity(rank_file_record(pm, params, tag, rank, world), pm.step_count(), params);
+    local = write_rank_file(pm, contents, identity, dir + "/" + name, &values[0], &values[1]);
   }
   ZRT_RETURN_IF_ERROR(exchange_reports(comm, local, values, &reports));
   Status status = verdict(reports);

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "lib/core/regular_file.h"
+
 namespace zrt {
 namespace {
 
@@ -113,15 +115,14 @@ ReadFile::~ReadFile() {
 
 Status ReadFile::open(const std::string& path) {
   path_ = path;
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) {
-    if (errno == ENOENT) return Status::invalid_argument("{} is missing", path);
-    return Status::system_error("opening " + path, errno);
-  }
+  // A FIFO or device in place of a checkpoint file is refused instead of blocking the rank.
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) return Status::system_error("stat of " + path, errno);
-  if (!S_ISREG(st.st_mode)) return Status::invalid_argument("{} is not a regular file", path);
-  size_ = static_cast<uint64_t>(st.st_size);
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    return Status::invalid_argument("{} is missing", path);
+  }
+  size_t size = 0;
+  ZRT_RETURN_IF_ERROR(open_regular_file(path, "checkpoint file", &fd_, &size));
+  size_ = size;
   return Status::ok();
 }
 

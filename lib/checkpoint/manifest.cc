@@ -245,6 +245,27 @@ Status parse_file(const Reader& r, const Json& j, const std::string& where, cons
   if (frozen_sections != (file->frozen.empty() ? 0 : 1)) {
     return r.fail(at, "a frozen section is needed exactly when there are frozen pieces");
   }
+  // The identity record, when present, follows the sections and ends the file.
+  if (const auto it = j.find("identity"); it != j.end()) {
+    ZRT_RETURN_IF_ERROR(r.object(*it, at + ".identity"));
+    ZRT_RETURN_IF_ERROR(
+        r.u64(*it, "offset", at + ".identity", kMaxFileBytes, &file->identity_offset));
+    ZRT_RETURN_IF_ERROR(
+        r.u64(*it, "bytes", at + ".identity", kMaxFileBytes, &file->identity_bytes));
+    uint64_t sections_end = 0;
+    for (const ManifestSection& section : file->sections) {
+      sections_end = std::max(sections_end, section.offset + section.bytes);
+    }
+    if (file->identity_bytes == 0 || file->identity_offset < sections_end ||
+        file->identity_offset > file->bytes ||
+        file->identity_bytes != file->bytes - file->identity_offset) {
+      return r.fail(at + ".identity",
+                    fmt::format("bytes [{}, {}) must follow the sections (which end at {}) and end "
+                                "the file ({} bytes)",
+                                file->identity_offset, file->identity_offset + file->identity_bytes,
+                                sections_end, file->bytes));
+    }
+  }
   std::vector<ManifestSection> sorted = file->sections;
   std::sort(sorted.begin(), sorted.end(),
             [](const ManifestSection& a, const ManifestSection& b) { return a.offset < b.offset; });
@@ -288,7 +309,125 @@ Status check_coverage(const Reader& r, const Manifest& m, bool frozen) {
   return Status::ok();
 }
 
+// XXH3 of the compact dump without "manifest_checksum": independent of formatting (nlohmann
+// keeps object keys sorted, so the dump of equal content is equal bytes).
+uint64_t canonical_checksum(const Json& j) {
+  Json copy = j;
+  copy.erase("manifest_checksum");
+  const std::string text = copy.dump();
+  return checksum_of(text.data(), text.size());
+}
+
+Status check_manifest_checksum(const Reader& r, const Json& j) {
+  const auto it = j.find("manifest_checksum");
+  if (it == j.end()) {
+    return r.fail("manifest",
+                  "missing key \"manifest_checksum\": the manifest was written by an older zrt "
+                  "or edited; it cannot be verified (load it with the zrt that wrote it and save "
+                  "again)");
+  }
+  if (!it->is_string()) return r.fail("manifest_checksum", "expected a string");
+  const std::string hex = it->get<std::string>();
+  uint64_t recorded = 0;
+  if (!checksum_from_hex(hex, &recorded)) {
+    return r.fail("manifest_checksum", "expected 16 lower-case hex digits");
+  }
+  const uint64_t actual = canonical_checksum(j);
+  if (actual != recorded) {
+    return r.fail("manifest_checksum",
+                  fmt::format("the manifest is corrupted or was edited: its {} checksum is {}, "
+                              "the recorded one {}; restore it from a backup or use an earlier "
+                              "checkpoint",
+                              kChecksumAlgorithm, checksum_to_hex(actual), hex));
+  }
+  return Status::ok();
+}
+
+constexpr char kIdentityMagic[8] = {'Z', 'R', 'T', 'P', 'I', 'E', 'C', 'E'};
+constexpr size_t kIdentityHeaderWords = 5;  // magic, step, rank, trainable, frozen
+constexpr size_t kIdentityPieceWords = 4;   // name hash, index, first element, count
+
+void put_u64(std::string* out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u64(const std::string& in, size_t word) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) {
+    value = (value << 8) | static_cast<unsigned char>(in[word * 8 + static_cast<size_t>(i)]);
+  }
+  return value;
+}
+
 }  // namespace
+
+std::string shard_identity(const ManifestFile& file, int64_t step,
+                           const std::vector<ManifestParam>& params) {
+  std::string out(kIdentityMagic, sizeof(kIdentityMagic));
+  put_u64(&out, static_cast<uint64_t>(step));
+  put_u64(&out, static_cast<uint64_t>(file.rank));
+  put_u64(&out, file.trainable.size());
+  put_u64(&out, file.frozen.size());
+  for (const auto* list : {&file.trainable, &file.frozen}) {
+    for (const ManifestPiece& piece : *list) {
+      const std::string& name = params[piece.param].name;
+      put_u64(&out, checksum_of(name.data(), name.size()));
+      put_u64(&out, piece.param);
+      put_u64(&out, piece.param_offset);
+      put_u64(&out, piece.count);
+    }
+  }
+  return out;
+}
+
+void add_shard_identity(ManifestFile* file, int64_t step,
+                        const std::vector<ManifestParam>& params) {
+  file->identity_offset = file->bytes;
+  file->identity_bytes = shard_identity(*file, step, params).size();
+  file->bytes += file->identity_bytes;
+}
+
+Status check_shard_identity(const std::string& found, const ManifestFile& file, int64_t step,
+                            const std::vector<ManifestParam>& params, const std::string& path) {
+  const std::string expected = shard_identity(file, step, params);
+  if (found == expected) return Status::ok();
+  auto refuse = [&](const std::string& what) {
+    return Status::invalid_argument(
+        "checkpoint file {} does not hold what the manifest says: {}; it belongs to another save "
+        "or was swapped with another file: use the files of one save together",
+        path, what);
+  };
+  if (found.size() != expected.size() || found.compare(0, 8, expected, 0, 8) != 0) {
+    return refuse(fmt::format("its identity record ({} bytes) is not the {} bytes expected",
+                              found.size(), expected.size()));
+  }
+  if (get_u64(found, 1) != get_u64(expected, 1)) {
+    return refuse(fmt::format("it was written at step {}, the manifest is of step {}",
+                              get_u64(found, 1), step));
+  }
+  if (get_u64(found, 2) != get_u64(expected, 2)) {
+    return refuse(fmt::format("it is rank {}'s shard, the manifest names rank {}",
+                              get_u64(found, 2), file.rank));
+  }
+  const size_t pieces = file.trainable.size() + file.frozen.size();
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t word = kIdentityHeaderWords + i * kIdentityPieceWords;
+    bool same = true;
+    for (size_t k = 0; k < kIdentityPieceWords; ++k) {
+      same = same && get_u64(found, word + k) == get_u64(expected, word + k);
+    }
+    if (same) continue;
+    const ManifestPiece& piece =
+        i < file.trainable.size() ? file.trainable[i] : file.frozen[i - file.trainable.size()];
+    return refuse(fmt::format(
+        "its piece {} holds parameter #{} elements [{}, {}), the manifest says parameter \"{}\" "
+        "(#{}) elements [{}, {})",
+        i, get_u64(found, word + 1), get_u64(found, word + 2),
+        get_u64(found, word + 2) + get_u64(found, word + 3), params[piece.param].name, piece.param,
+        piece.param_offset, piece.param_offset + piece.count));
+  }
+  return refuse("its identity record differs");
+}
 
 const char* section_kind_name(SectionKind kind) {
   switch (kind) {
@@ -342,19 +481,31 @@ std::string serialize_manifest(const Manifest& m) {
       if (s.kind == SectionKind::kState) section["slot"] = s.slot;
       sections.push_back(std::move(section));
     }
-    files.push_back({{"name", f.name},
-                     {"rank", f.rank},
-                     {"bytes", f.bytes},
-                     {"checksum", checksum_to_hex(f.checksum)},
-                     {"trainable", pieces(f.trainable)},
-                     {"frozen", pieces(f.frozen)},
-                     {"sections", std::move(sections)}});
+    Json record = {{"name", f.name},
+                   {"rank", f.rank},
+                   {"bytes", f.bytes},
+                   {"checksum", checksum_to_hex(f.checksum)},
+                   {"trainable", pieces(f.trainable)},
+                   {"frozen", pieces(f.frozen)},
+                   {"sections", std::move(sections)}};
+    if (f.identity_bytes != 0) {
+      record["identity"] = {{"offset", f.identity_offset}, {"bytes", f.identity_bytes}};
+    }
+    files.push_back(std::move(record));
   }
   j["files"] = std::move(files);
+  j["manifest_checksum"] = checksum_to_hex(canonical_checksum(j));
   return j.dump(1) + "\n";
 }
 
 Status parse_manifest(std::string_view bytes, const std::string& origin, Manifest* manifest) {
+  Status checksum;
+  ZRT_RETURN_IF_ERROR(parse_manifest_structure(bytes, origin, manifest, &checksum));
+  return checksum;
+}
+
+Status parse_manifest_structure(std::string_view bytes, const std::string& origin,
+                                Manifest* manifest, Status* checksum) {
   const Reader r(origin);
   if (bytes.size() > kMaxManifestBytes) return r.fail("manifest", "larger than 1 GiB");
   if (!depth_within(bytes, kMaxDepth)) return r.fail("manifest", "nested too deeply");
@@ -375,6 +526,7 @@ Status parse_manifest(std::string_view bytes, const std::string& origin, Manifes
     return r.fail("version", fmt::format("unknown format version {} (this zrt reads version {})",
                                          value, kManifestVersion));
   }
+  m.version = static_cast<int>(value);
   std::string algorithm;
   ZRT_RETURN_IF_ERROR(r.str(j, "checksum_algorithm", "manifest", &algorithm));
   if (algorithm != kChecksumAlgorithm) {
@@ -432,6 +584,15 @@ Status parse_manifest(std::string_view bytes, const std::string& origin, Manifes
   }
   ZRT_RETURN_IF_ERROR(check_coverage(r, m, false));
   ZRT_RETURN_IF_ERROR(check_coverage(r, m, true));
+  for (const ManifestFile& file : m.files) {
+    if (file.identity_bytes != 0 &&
+        file.identity_bytes != shard_identity(file, m.step, m.params).size()) {
+      return r.fail(fmt::format("file \"{}\".identity", file.name),
+                    fmt::format("{} bytes, but its pieces need {}", file.identity_bytes,
+                                shard_identity(file, m.step, m.params).size()));
+    }
+  }
+  *checksum = check_manifest_checksum(r, j);
   *manifest = std::move(m);
   return Status::ok();
 }

@@ -13,6 +13,15 @@
 // index is range-checked, sections must fit their file and not overlap, and the pieces of all
 // files must tile every parameter exactly once (master and state), so a loader that passed it
 // can index without further checks.
+//
+// The manifest's checksum (required: a manifest without one, as zrt wrote before it had them, is
+// refused and must be re-saved) is XXH3 of its canonical text (the JSON without the
+// "manifest_checksum" key, dumped compactly), so a changed value anywhere is refused after the
+// structural checks (whose messages are more precise) and before anything is used; formatting
+// does not matter. Each shard file ends with an identity record (shard_identity) naming the
+// step, the rank and, for every piece, the parameter (by name), the range it holds; the loader
+// compares it with the manifest, so a shard from another save or another rank is refused even
+// where its size would fit.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +70,10 @@ struct ManifestFile {
   std::vector<ManifestPiece> trainable;
   std::vector<ManifestPiece> frozen;
   std::vector<ManifestSection> sections;
+  // The identity record at [identity_offset, identity_offset + identity_bytes); 0 bytes = none
+  // (a manifest built without one, as tools and tests do; every save writes one).
+  uint64_t identity_offset = 0;
+  uint64_t identity_bytes = 0;
 };
 
 struct Manifest {
@@ -80,6 +93,23 @@ std::string serialize_manifest(const Manifest& manifest);
 // Parses and validates `bytes`; `origin` (the path) prefixes every error message. Errors are
 // ZRT_INVALID_ARGUMENT and name the key, file or parameter at fault.
 Status parse_manifest(std::string_view bytes, const std::string& origin, Manifest* manifest);
+// The same in two verdicts, for a loader whose own checks name a fault more precisely (another
+// model): the structure's (returned; *manifest is set only when it passed) and the checksum's
+// (*checksum). The loader must refuse the manifest unless both pass.
+Status parse_manifest_structure(std::string_view bytes, const std::string& origin,
+                                Manifest* manifest, Status* checksum);
+
+// The identity record of `file` in a checkpoint of `step` whose parameters are `params`
+// (fixed little-endian layout: magic, step, rank, piece counts, then per piece the XXH3 of the
+// parameter's name, its index, first element and count).
+std::string shard_identity(const ManifestFile& file, int64_t step,
+                           const std::vector<ManifestParam>& params);
+// Appends the identity record to a file record (after its sections; bytes grows).
+void add_shard_identity(ManifestFile* file, int64_t step, const std::vector<ManifestParam>& params);
+// Compares a record read from the file with the manifest's; the error names `path` and the
+// first field that differs.
+Status check_shard_identity(const std::string& found, const ManifestFile& file, int64_t step,
+                            const std::vector<ManifestParam>& params, const std::string& path);
 
 // Where a section's pieces come from.
 const std::vector<ManifestPiece>& section_pieces(const ManifestFile& file, SectionKind kind);

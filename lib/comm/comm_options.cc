@@ -1,5 +1,6 @@
 // resolve_comm_options: the caller's zrt_comm_config_t (checked field by field) plus the settings
 // registry, loaded once per communicator.
+#include <algorithm>
 #include <cstddef>
 
 #include "collectives/reduce/reduce_kernels.h"
@@ -43,7 +44,8 @@ Status resolve_comm_options(const zrt_comm_config_t* config, CommOptions* option
           "60 s)",
           config->timeout_ms);
     }
-    timeout_ms = config->timeout_ms;
+    // A huge timeout means "wait forever"; clamped, no deadline arithmetic can overflow.
+    timeout_ms = std::min<int64_t>(config->timeout_ms, ZRT_TIMEOUT_MAX_MS);
     if (config->name != nullptr) {
       const std::string name(config->name);
       if (name.empty() || name.size() > kMaxNameLength) {

@@ -24,6 +24,12 @@ std::optional<int> BucketPool::take_free() {
   return std::nullopt;
 }
 
+int BucketPool::free_count() const {
+  int free = 0;
+  for (int segment : segment_of_) free += segment < 0 ? 1 : 0;
+  return free;
+}
+
 void BucketPool::bind(int segment, Bucket bucket) {
   bucket_of_[segment] = bucket;
   if (!bucket.persistent) segment_of_[bucket.index] = segment;

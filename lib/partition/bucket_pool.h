@@ -48,6 +48,7 @@ class BucketPool {
   // The segment's reduction was launched: its bucket can be bound again.
   void unbind(int segment);
   int size() const { return static_cast<int>(segment_of_.size()); }
+  int free_count() const;  // buckets not filling for any segment
 
  private:
   std::vector<std::optional<Bucket>> bucket_of_;  // per segment

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/core/dtype.h"
+#include "lib/core/regular_file.h"
 
 namespace zrt {
 namespace {
@@ -256,11 +257,9 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
 }
 
 Status partition_options_load_json_file(const std::string& path, PartitionOptions* options) {
-  std::ifstream in(path);
-  if (!in) return Status::system_error("cannot open partition config " + path, errno);
-  std::stringstream text;
-  text << in.rdbuf();
-  return partition_options_apply_json(text.str(), path, options);
+  std::string text;
+  ZRT_RETURN_IF_ERROR(read_regular_file(path, "partition config", size_t{64} << 20, &text));
+  return partition_options_apply_json(text, path, options);
 }
 
 uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {

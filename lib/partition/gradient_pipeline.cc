@@ -271,6 +271,51 @@ Status GradientPipeline::close_grad_window(WindowPass* pass) {
   return Status::ok();
 }
 
+int GradientPipeline::next_in_backward_order() const {
+  for (int u = static_cast<int>(signalled_.size()) - 1; u >= 0; --u) {
+    if (!signalled_[u] && ctx_.layout.units()[u].trainable_numel > 0) return u;
+  }
+  return -1;
+}
+
+bool GradientPipeline::backward_stays_completable(int unit) const {
+  // Backward order is completable by construction (the layout sizes the pool for it): only
+  // an out-of-order unit needs the simulation below, which mirrors grad_ready's use of buckets.
+  if (unit == next_in_backward_order() || !sync_) return true;
+  const auto& segments = ctx_.layout.segments();
+  std::vector<int> pending = pending_;
+  std::vector<char> bound(segments.size(), 0);
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const std::optional<Bucket> b = buckets_.bound(static_cast<int>(s));
+    bound[s] = b.has_value() && !b->persistent ? 1 : 0;
+  }
+  int free = buckets_.free_count();
+  auto signal = [&](int u) {
+    const std::vector<UnitPiece>& pieces = ctx_.layout.unit_pieces(u);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int s = pieces[i].segment;
+      const bool needs_bucket = !segments[s].persistent && route(s) == GradRoute::kCopyToBucket;
+      if (needs_bucket && !bound[s]) {
+        if (free == 0) return false;
+        bound[s] = 1;
+        --free;
+      }
+      const bool last_in_segment = i + 1 == pieces.size() || pieces[i + 1].segment != s;
+      if (last_in_segment && --pending[s] == 0 && bound[s]) {
+        bound[s] = 0;  // reduced: its bucket is free again
+        ++free;
+      }
+    }
+    return true;
+  };
+  if (!signal(unit)) return false;
+  for (int u = static_cast<int>(signalled_.size()) - 1; u >= 0; --u) {
+    if (u == unit || signalled_[u] || ctx_.layout.units()[u].trainable_numel == 0) continue;
+    if (!signal(u)) return false;
+  }
+  return true;
+}
+
 void GradientPipeline::finish_unit(int unit) {
   signalled_[unit] = 1;
   open_unit_ = -1;

@@ -53,6 +53,13 @@ class GradientPipeline {
 
   int open_unit() const { return open_unit_; }  // the unit whose gradients are open, or -1
   bool is_signalled(int unit) const { return signalled_[unit] != 0; }
+  // The highest trainable unit not signalled in this micro-batch (backward order's next), or -1.
+  int next_in_backward_order() const;
+  // Whether signalling `unit` now leaves the micro-batch completable: after it, the other
+  // unsignalled units in backward order never find every reduction bucket held by segments
+  // that still wait for units. A refusal then, before anything is written, keeps the manager
+  // usable; accepting would strand partly filled buckets.
+  bool backward_stays_completable(int unit) const;
   bool microbatch_started() const { return microbatch_started_; }
   int signalled_count() const { return signalled_count_; }
   // Gradients of an unfinished step exist (a micro-batch begun, or completed since the step).

@@ -44,6 +44,18 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
     if (spec.numel == 0) {
       return Status::invalid_argument("param {} (\"{}\") has numel 0", p, spec.name);
     }
+    if (spec.numel > kMaxNumel) {
+      return Status::invalid_argument(
+          "param {} (\"{}\") has numel {}, over the limit of {} (2^50) elements per parameter", p,
+          spec.name, spec.numel, kMaxNumel);
+    }
+    // Each numel is <= 2^50, so the sum of the two below cannot wrap before this check.
+    if (spec.numel > kMaxNumel - (l.trainable_numel_ + l.frozen_numel_)) {
+      return Status::invalid_argument(
+          "param {} (\"{}\", {} elements) brings the model over the limit of {} (2^50) elements "
+          "in all",
+          p, spec.name, spec.numel, kMaxNumel);
+    }
     hash_mix(&l.hash_, spec.numel);
     hash_mix(&l.hash_, static_cast<uint64_t>(spec.unit));
     hash_mix(&l.hash_, spec.flags);
@@ -90,6 +102,14 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
     // full segments need no padding and parameters can straddle them without holes.
     const size_t bucket_elems = options.bucket_bytes / dtype_size(options.reduce_dtype);
     l.bucket_numel_ = std::max(granule, bucket_elems / granule * granule);
+    // Checked before any segment exists: the count is known from the totals.
+    const size_t segments = l.trainable_numel_ / l.bucket_numel_ + 2;
+    if (segments > kMaxSegments) {
+      return Status::invalid_argument(
+          "{} trainable elements in buckets of {} elements need about {} buckets, over the limit "
+          "of {}; raise the bucket size (config.bucket_bytes, now {} bytes)",
+          l.trainable_numel_, l.bucket_numel_, segments, kMaxSegments, options.bucket_bytes);
+    }
     size_t flat = 0;
     for (int u = static_cast<int>(l.units_.size()) - 1; u >= 0; --u) {
       UnitLayout& unit = l.units_[u];
@@ -160,6 +180,14 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
       l.persistent_segment_ = index;
       l.segments_.push_back(std::move(segment));
     }
+  }
+  // Padding adds less than one granule (<= 2^40 elements) per segment: still far from wrapping,
+  // but the padded total must itself respect the limit the rest of zrt assumes.
+  if (l.padded_numel_ > kMaxNumel) {
+    return Status::invalid_argument(
+        "the model's {} elements are {} after padding to the alignment ({} elements x {} shards), "
+        "over the limit of {} (2^50)",
+        l.trainable_numel_, l.padded_numel_, options.alignment, l.shards_, kMaxNumel);
   }
   hash_mix(&l.hash_, l.padded_numel_);
   l.derive_maps();

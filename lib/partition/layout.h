@@ -108,6 +108,14 @@ struct ShardMap {
   std::vector<std::vector<int>> param_pieces;  // per param: indexes into pieces
 };
 
+// Size limits, checked at registration and finalize so that no element count or byte total can
+// overflow: with every count at most 2^50, a count times a dtype size times the optimizer slots
+// stays far below 2^64. 2^50 elements is 4 PiB of f32, beyond any machine.
+inline constexpr size_t kMaxNumel = size_t{1} << 50;  // one parameter, and all of them together
+// Segments (buckets) a layout may have; each costs bookkeeping, so a model of 10^15 elements in
+// 25 MB buckets is refused up front with what to change, instead of exhausting memory.
+inline constexpr size_t kMaxSegments = size_t{1} << 22;
+
 class Layout {
  public:
   // Lays out `params` (grouped by `units`) for `ranks` ranks. Errors name the parameter/unit.

@@ -64,10 +64,23 @@ Status PartitionManager::add_param(int unit, const std::string& name, size_t num
   }
   ZRT_RETURN_IF_ERROR(check_unit(unit));
   if (numel == 0) return Status::invalid_argument("param \"{}\": numel is 0", name);
+  if (numel > kMaxNumel) {
+    return Status::invalid_argument(
+        "param \"{}\": numel {} is over the limit of {} (2^50) elements per parameter", name, numel,
+        kMaxNumel);
+  }
+  const size_t registered = registered_numel_;  // <= kMaxNumel: the subtraction cannot wrap
+  if (numel > kMaxNumel - registered) {
+    return Status::invalid_argument(
+        "param \"{}\": {} elements bring the model to {}, over the limit of {} (2^50) elements in "
+        "all",
+        name, numel, registered + numel, kMaxNumel);
+  }
   if ((flags & ~(ZRT_PARAM_FROZEN | ZRT_PARAM_UNSHARDED)) != 0) {
     return Status::invalid_argument("param \"{}\": unknown flags {:#x}", name, flags);
   }
   param_specs_.push_back({name, numel, unit, flags});
+  registered_numel_ += numel;
   *param = static_cast<int>(param_specs_.size()) - 1;
   return Status::ok();
 }
@@ -244,6 +257,23 @@ Status PartitionManager::grad_data(int param, void** grad) {
         "zrt_partition_grad_ready first",
         param, loc.unit, open);
   }
+  // After grad_ready the unit's gradients are being reduced: a write now would race the
+  // reduction or be lost. The buffer comes back with the next micro-batch.
+  if (grads_->is_signalled(loc.unit)) {
+    return Status::invalid_usage(
+        "param {} (\"{}\"): unit {}'s gradients were already signalled with "
+        "zrt_partition_grad_ready in this micro-batch; take grad_data before grad_ready, or "
+        "after the remaining units are signalled (the next micro-batch)",
+        param, param_specs_[param].name, loc.unit);
+  }
+  // Opening a unit that grad_ready would refuse would leave its gradients open for good.
+  if (open < 0 && !grads_->backward_stays_completable(loc.unit)) {
+    return Status::invalid_usage(
+        "param {} (\"{}\") of unit {}: that unit's gradients now would leave the reduction "
+        "buckets held by partly filled segments that no later unit could complete; take the "
+        "gradients of units in backward order (the reverse of registration): unit {} next",
+        param, param_specs_[param].name, loc.unit, grads_->next_in_backward_order());
+  }
   return grads_->grad_data(param, grad);
 }
 
@@ -280,6 +310,13 @@ Status PartitionManager::grad_ready(int unit) {
   if (open >= 0 && open != unit) {
     return Status::invalid_usage("grad_ready of unit {} while unit {}'s gradients are open", unit,
                                  open);
+  }
+  if (!grads_->backward_stays_completable(unit)) {
+    return Status::invalid_usage(
+        "unit {} (\"{}\"): its gradients now would leave the reduction buckets held by "
+        "partly filled segments that no later unit could complete; signal units in backward "
+        "order (the reverse of registration): unit {} next",
+        unit, unit_specs_[unit].name, grads_->next_in_backward_order());
   }
   return grads_->grad_ready(unit);
 }

@@ -80,6 +80,7 @@ class PartitionManager {
   Communicator& communicator() { return ctx_.comm; }
   const Layout& layout() const { return ctx_.layout; }
   const std::vector<ParamSpec>& param_specs() const { return param_specs_; }
+  size_t registered_numel_ = 0;  // sum of param_specs_ numel (each <= kMaxNumel)
   const std::vector<UnitSpec>& unit_specs() const { return unit_specs_; }
   bool is_finalized() const { return finalized_ && !destroyed_; }
   int64_t step_count() const { return step_ != nullptr ? step_->step_count() : 0; }

@@ -3,6 +3,9 @@
 //   fail RANK CODE       rank RANK exits with CODE at once; the others sleep, then say so
 //   kill RANK            rank RANK kills itself with SIGKILL; the others sleep
 //   bootstrap            all-gather the ranks through the launcher's store and print them
+//   orphan DIR           join the store (starting the launcher watch), write DIR/rankR.pid,
+//                        then print a line every 5 ms for 30 s (a rank whose launcher dies)
+//   plain DIR            write DIR/rankR.pid and sleep 30 s without touching zrt
 #include <signal.h>
 #include <unistd.h>
 
@@ -63,6 +66,35 @@ int bootstrap_mode() {
   return 0;
 }
 
+void write_pid(const std::string& dir) {
+  const std::string path = dir + "/rank" + std::to_string(rank_from_env()) + ".pid";
+  const std::string temporary = path + ".tmp";
+  FILE* file = std::fopen(temporary.c_str(), "w");
+  if (file == nullptr) return;
+  std::fprintf(file, "%d\n", getpid());
+  std::fclose(file);
+  std::rename(temporary.c_str(), path.c_str());  // whole or absent for the reader
+}
+
+int orphan_mode(const std::string& dir) {
+  zrt::EnvRanks ranks;
+  zrt::Status status = zrt::read_env_ranks(&ranks);
+  std::unique_ptr<zrt::Bootstrap> bootstrap;
+  if (status.is_ok()) status = zrt::create_store_bootstrap(ranks, 20000, &bootstrap);
+  if (status.is_ok()) status = bootstrap->barrier();
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "orphan: %s\n", status.message().c_str());
+    return 3;
+  }
+  write_pid(dir);
+  for (int i = 0; i < 6000; ++i) {
+    std::printf("rank %d line %d\n", bootstrap->rank(), i);
+    std::fflush(stdout);
+    usleep(5000);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +119,14 @@ int main(int argc, char** argv) {
     return sleep_then_report();
   }
   if (mode == "bootstrap") return bootstrap_mode();
-  std::fprintf(stderr, "usage: zrt_run_helper env | fail RANK CODE | kill RANK | bootstrap\n");
+  if (mode == "orphan" && argc == 3) return orphan_mode(argv[2]);
+  if (mode == "plain" && argc == 3) {
+    write_pid(argv[2]);
+    sleep(30);
+    return 0;
+  }
+  std::fprintf(stderr,
+               "usage: zrt_run_helper env | fail RANK CODE | kill RANK | bootstrap | orphan DIR | "
+               "plain DIR\n");
   return 64;
 }

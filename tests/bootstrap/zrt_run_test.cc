@@ -2,6 +2,7 @@
 // and its stdout / stderr, captured separately.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -175,6 +177,157 @@ TEST_F(ZrtRun, MissingProgramAndBadOptions) {
   RunResult bad = run_launcher({"-n", "0"}, {"env"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_TRUE(contains(bad.err, "--ranks")) << bad.err;
+}
+
+// The launcher dies by SIGKILL mid-job. This test process is the ranks' subreaper, so the
+// orphans become its children and their ends can be read: each must be gone within about a
+// second, a zrt rank by its launcher watch (exit code 1, even while printing: no SIGPIPE), a
+// rank that never touched zrt by the parent-death signal (SIGTERM).
+struct OrphanEnd {
+  int status = 0;
+  double seconds = -1;  // after the launcher's death; -1 = still running at the limit
+};
+
+std::vector<OrphanEnd> kill_launcher_and_reap(const std::string& mode, int ranks) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  char dir_template[] = "/tmp/zrt-orphan-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<std::string> argv = {
+      path_from_env("ZRT_RUN_EXE"),    "--timeout", "60", "-n", std::to_string(ranks),
+      path_from_env("ZRT_RUN_HELPER"), mode,        dir};
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    std::vector<char*> raw;
+    for (std::string& arg : argv) raw.push_back(arg.data());
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  std::vector<pid_t> pids(static_cast<size_t>(ranks), -1);
+  EXPECT_TRUE(zrt::testing::wait_until(
+      [&] {
+        for (int rank = 0; rank < ranks; ++rank) {
+          std::ifstream in(dir + "/rank" + std::to_string(rank) + ".pid");
+          pid_t pid = -1;
+          if (in >> pid) pids[static_cast<size_t>(rank)] = pid;
+        }
+        return std::all_of(pids.begin(), pids.end(), [](pid_t pid) { return pid > 0; });
+      },
+      std::chrono::seconds(20), "the ranks writing their pids"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ranks are printing
+  kill(launcher, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  std::vector<OrphanEnd> ends(static_cast<size_t>(ranks));
+  size_t left = 0;
+  for (pid_t pid : pids) left += pid > 0 ? 1 : 0;
+  while (left > 0 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(5)) {
+    bool reaped = false;
+    for (int rank = 0; rank < ranks; ++rank) {
+      OrphanEnd& end = ends[static_cast<size_t>(rank)];
+      const pid_t pid = pids[static_cast<size_t>(rank)];
+      if (pid <= 0 || end.seconds >= 0) continue;
+      if (waitpid(pid, &end.status, WNOHANG) == pid) {
+        end.seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+        --left;
+        reaped = true;
+      }
+    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int rank = 0; rank < ranks; ++rank) {
+    const pid_t pid = pids[static_cast<size_t>(rank)];
+    if (pid > 0 && ends[static_cast<size_t>(rank)].seconds < 0) {
+      kill(pid, SIGKILL);  // a failed test must not leave the orphan behind either
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return ends;
+}
+
+TEST_F(ZrtRun, KilledLauncherEndsPrintingZrtRanks) {
+  const std::vector<OrphanEnd> ends = kill_launcher_and_reap("orphan", 3);
+  for (size_t rank = 0; rank < ends.size(); ++rank) {
+    const OrphanEnd& end = ends[rank];
+    ASSERT_GE(end.seconds, 0) << "rank " << rank << " outlived its launcher by 5 s";
+    EXPECT_LT(end.seconds, 2.0) << "rank " << rank;
+    EXPECT_TRUE(WIFEXITED(end.status) && WEXITSTATUS(end.status) == 1)
+        << "rank " << rank << " ended with status " << end.status
+        << (WIFSIGNALED(end.status) ? std::string(" signal ") + strsignal(WTERMSIG(end.status))
+                                    : "");
+  }
+}
+
+TEST_F(ZrtRun, KilledLauncherEndsRanksThatNeverBootstrap) {
+  const std::vector<OrphanEnd> ends = kill_launcher_and_reap("plain", 2);
+  for (size_t rank = 0; rank < ends.size(); ++rank) {
+    const OrphanEnd& end = ends[rank];
+    ASSERT_GE(end.seconds, 0) << "rank " << rank << " outlived its launcher by 5 s";
+    EXPECT_LT(end.seconds, 2.0) << "rank " << rank;
+    EXPECT_TRUE(WIFSIGNALED(end.status) && WTERMSIG(end.status) == SIGTERM)
+        << "rank " << rank << " ended with status " << end.status;
+  }
+}
+
+// The message of the launcher watch, seen directly: a one-rank job whose lifeline closes.
+TEST_F(ZrtRun, LauncherWatchSaysWhyTheRankStops) {
+  char dir_template[] = "/tmp/zrt-watch-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  int lifeline[2];
+  ASSERT_EQ(pipe(lifeline), 0);
+  const pid_t rank = fork();
+  if (rank == 0) {
+    close(lifeline[1]);
+    const int err = open((dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(err, STDERR_FILENO);
+    const int out = open("/dev/null", O_WRONLY);
+    dup2(out, STDOUT_FILENO);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("ZRT_LAUNCHER_FD", std::to_string(lifeline[0]).c_str(), 1);
+    const std::string helper = path_from_env("ZRT_RUN_HELPER");
+    execl(helper.c_str(), helper.c_str(), "orphan", dir.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(lifeline[0]);
+  EXPECT_TRUE(zrt::testing::wait_until([&] { return std::filesystem::exists(dir + "/rank0.pid"); },
+                                       std::chrono::seconds(20), "the rank starting"));
+  close(lifeline[1]);
+  int status = 0;
+  waitpid(rank, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  const std::string err = read_file(dir + "/err");
+  EXPECT_TRUE(contains(err, "rank 0")) << err;
+  EXPECT_TRUE(contains(err, "the launcher (zrt-run, parent pid) is gone")) << err;
+  std::filesystem::remove_all(dir);
+}
+
+// Not a pipe: a clear refusal, not a watch on some other file.
+TEST_F(ZrtRun, LauncherFdThatIsNoPipeIsRefused) {
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("ZRT_LAUNCHER_FD", "0", 1);
+  const std::string helper = path_from_env("ZRT_RUN_HELPER");
+  const int null_fd = open("/dev/null", O_RDONLY);
+  const pid_t rank = fork();
+  if (rank == 0) {
+    dup2(null_fd, STDIN_FILENO);
+    execl(helper.c_str(), helper.c_str(), "bootstrap", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(null_fd);
+  unsetenv("ZRT_LAUNCHER_FD");
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  int status = 0;
+  waitpid(rank, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
 }
 
 }  // namespace

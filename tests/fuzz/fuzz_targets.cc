@@ -1,12 +1,25 @@
 #include "tests/fuzz/fuzz_targets.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <string_view>
 #include <vector>
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "lib/bootstrap/socket_util.h"
+#include "lib/bootstrap/store_client.h"
 #include "lib/bootstrap/store_protocol.h"
+#include "lib/bootstrap/store_server.h"
 #include "lib/partition/config.h"
 #if ZRT_FUZZ_HAVE_CHECKPOINT
 #include "lib/checkpoint/manifest.h"
@@ -85,6 +98,98 @@ std::string fuzz_store_protocol(const uint8_t* data, size_t size) {
   return finding;
 }
 
+namespace {
+
+constexpr const char* kSessionToken = "fuzz-token";
+constexpr int64_t kSessionHelloMs = 100;
+
+// One server for every input, with small limits so that the cap is reached.
+StoreServer* session_server() {
+  static std::unique_ptr<StoreServer> server = [] {
+    std::unique_ptr<StoreServer> created;
+    StoreLimits limits;
+    limits.max_unauthenticated = 2;
+    limits.hello_timeout_ms = kSessionHelloMs;
+    (void)StoreServer::start("127.0.0.1", 0, kSessionToken, &created, limits);
+    return created;
+  }();
+  return server.get();
+}
+
+int connect_loopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the bytes hold a whole first frame (only then can the client have authenticated).
+bool has_whole_frame(const uint8_t* data, size_t size) {
+  if (size < kStoreFrameHeaderBytes) return false;
+  uint32_t body = 0;
+  if (!parse_store_frame_header(data, size, &body).is_ok()) return true;  // refused: answered
+  return size >= kStoreFrameHeaderBytes + body;
+}
+
+// Reads until the server closes the connection or the deadline passes; true if it closed.
+bool closed_by(int fd, Deadline deadline) {
+  uint8_t buffer[4096];
+  while (true) {
+    pollfd entry{fd, POLLIN, 0};
+    const int ready = poll(&entry, 1, remaining_ms(deadline));
+    if (ready <= 0) return false;
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
+}
+
+}  // namespace
+
+std::string fuzz_store_session(const uint8_t* data, size_t size) {
+  StoreServer* server = session_server();
+  if (server == nullptr) return "the session store did not start";
+  const size_t clients = size == 0 ? 1 : 1 + data[0] % 4;
+  const uint8_t* rest = size == 0 ? data : data + 1;
+  const size_t rest_size = size == 0 ? 0 : size - 1;
+  const size_t share = rest_size / clients;
+  std::vector<int> fds;
+  std::vector<bool> silent;  // no whole frame sent: must be closed by the hello deadline
+  for (size_t c = 0; c < clients; ++c) {
+    const int fd = connect_loopback(server->port());
+    if (fd < 0) return "cannot connect to the session store";
+    const uint8_t* part = rest + c * share;
+    const size_t bytes = c + 1 == clients ? rest_size - c * share : share;
+    if (bytes > 0) (void)send(fd, part, bytes, MSG_NOSIGNAL);
+    fds.push_back(fd);
+    silent.push_back(!has_whole_frame(part, bytes));
+  }
+  std::string finding;
+  // The deadline, plus slack for a loaded machine.
+  const Deadline deadline = deadline_after_ms(kSessionHelloMs + 2000);
+  for (size_t c = 0; c < clients; ++c) {
+    if (silent[c] && !closed_by(fds[c], deadline) && finding.empty()) {
+      finding = fmt::format(
+          "client {} of {} sent no whole frame and was not closed within the "
+          "{} ms hello deadline",
+          c, clients, kSessionHelloMs);
+    }
+    close(fds[c]);
+  }
+  if (!finding.empty()) return finding;
+  std::unique_ptr<StoreClient> client;
+  Status status = StoreClient::connect("127.0.0.1", server->port(), kSessionToken, 2000, &client);
+  if (status.is_ok()) status = client->set("after-fuzz", "x", 1);
+  if (!status.is_ok()) return "a real client was not served after the session: " + status.message();
+  return "";
+}
+
 std::string fuzz_partition_config(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   PartitionOptions options;
@@ -148,6 +253,16 @@ std::string fuzz_manifest(const uint8_t* data, size_t size) {
            reparsed.message();
   }
   if (serialize_manifest(again) != text) return "manifest changed on a serialize/parse trip";
+  {
+    // The manifest's own checksum covers its content: another step with the old checksum is
+    // refused (bit flips in the step were what loaded a wrong step before).
+    nlohmann::json edited = nlohmann::json::parse(text, nullptr, false);
+    edited["step"] = static_cast<uint64_t>(manifest.step) ^ 1u;
+    Manifest changed;
+    if (parse_manifest(edited.dump(), "fuzz/edited.json", &changed).is_ok()) {
+      return "parse_manifest accepted a manifest whose step changed under its checksum";
+    }
+  }
   return "";
 #else
   (void)data;
@@ -158,6 +273,7 @@ std::string fuzz_manifest(const uint8_t* data, size_t size) {
 
 FuzzTarget find_fuzz_target(const std::string& name) {
   if (name == "store_protocol") return fuzz_store_protocol;
+  if (name == "store_session") return fuzz_store_session;
   if (name == "partition_config") return fuzz_partition_config;
   if (name == "model_profile") return fuzz_model_profile;
   if (name == "manifest") return fuzz_manifest;

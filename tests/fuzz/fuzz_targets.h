@@ -20,11 +20,17 @@ using FuzzTarget = std::string (*)(const uint8_t* data, size_t size);
 
 // lib/bootstrap/store_protocol.h: the frame header, a request body and a reply body.
 std::string fuzz_store_protocol(const uint8_t* data, size_t size);
+// lib/bootstrap/store_server.h under its flood limits: the input is what up to four clients
+// send on fresh connections (the first byte says how many; the rest is split evenly). However
+// they end, a client that has not completed a hello is closed within the hello deadline, and
+// afterwards a real client is served at once.
+std::string fuzz_store_session(const uint8_t* data, size_t size);
 // lib/partition/config.h: partition_options_apply_json, then validate_partition_options.
 std::string fuzz_partition_config(const uint8_t* data, size_t size);
 // tools/zrt-mem/model_spec.h: the model profile (JsonFile::parse + model_from_profile).
 std::string fuzz_model_profile(const uint8_t* data, size_t size);
-// lib/checkpoint/manifest.h: parse_manifest, then serialize_manifest and parse again.
+// lib/checkpoint/manifest.h: parse_manifest, then serialize_manifest and parse again; an
+// accepted manifest carries a checksum that a changed step breaks.
 std::string fuzz_manifest(const uint8_t* data, size_t size);
 
 // The target named `name` (the folder names under tests/fuzz/corpus), or nullptr.

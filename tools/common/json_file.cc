@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "lib/core/regular_file.h"
+
 namespace zrt::tools {
 namespace {
 
@@ -104,11 +106,9 @@ std::string json_type_phrase(const nlohmann::json& value) {
 }
 
 Status JsonFile::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::system_error("cannot read '" + path + "'", errno != 0 ? errno : ENOENT);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  std::string text;
+  ZRT_RETURN_IF_ERROR(read_regular_file(path, "file", size_t{256} << 20, &text));
+  return parse(text, path);
 }
 
 Status JsonFile::parse(const std::string& text, const std::string& origin) {

@@ -277,6 +277,11 @@ Status parse_bench_options(int argc, const char* const* argv, BenchOptions* opti
     return Status::invalid_argument("-e {} is smaller than -b {}: the sweep would be empty",
                                     max_bytes, min_bytes);
   }
+  // A collective's buffers are a size times the ranks: bounded so no byte total can wrap.
+  if (options->max_bytes > kMaxBenchBytes) {
+    return Status::invalid_argument("-e {}: {} bytes is over the limit of {} bytes (1 PiB)",
+                                    max_bytes, options->max_bytes, kMaxBenchBytes);
+  }
   if (!step_bytes.empty()) {
     ZRT_RETURN_IF_ERROR(tools::parse_size(step_bytes, "-i", &options->step_bytes));
     if (options->step_bytes == 0) return Status::invalid_argument("-i must be more than 0 bytes");
@@ -287,6 +292,22 @@ Status parse_bench_options(int argc, const char* const* argv, BenchOptions* opti
                                       step_factor);
     }
     options->step_factor = step_factor;
+  }
+  // The sweep is listed before it runs: count it first, without building it.
+  uint64_t points = 0;
+  for (uint64_t size = options->min_bytes; size <= options->max_bytes && points <= kMaxSweepSizes;
+       ++points) {
+    uint64_t next = options->step_bytes > 0
+                        ? size + options->step_bytes
+                        : static_cast<uint64_t>(static_cast<double>(size) * options->step_factor);
+    if (next <= size) next = size + 1;
+    size = next;
+  }
+  if (points > kMaxSweepSizes) {
+    return Status::invalid_argument(
+        "-b {} -e {} {} makes more than {} sizes; use a larger -i or -f", min_bytes, max_bytes,
+        options->step_bytes > 0 ? "-i " + step_bytes : fmt::format("-f {}", options->step_factor),
+        kMaxSweepSizes);
   }
   options->check = check == 1;
   options->blocking = blocking == 1;

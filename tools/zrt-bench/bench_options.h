@@ -11,6 +11,11 @@
 
 namespace zrt::bench {
 
+// Limits of a sweep: the largest size (its buffers times the ranks must not wrap a byte count)
+// and the number of sizes.
+inline constexpr uint64_t kMaxBenchBytes = uint64_t{1} << 50;
+inline constexpr uint64_t kMaxSweepSizes = 4096;
+
 enum class Coll { kReduceScatter, kAllGather, kAllReduce, kBroadcast, kReduce };
 
 const char* coll_name(Coll coll);  // "reduce_scatter", ...

@@ -103,7 +103,8 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   app.add_option("--max-live", max_live, "stage 3 cap on gathered bytes at once");
   app.add_option("--persistence-threshold", persistence,
                  "stage 3: parameters with fewer elements stay gathered (default 100000)");
-  app.add_option("--alignment", alignment, "slice alignment in elements (default 128)");
+  auto* alignment_option =
+      app.add_option("--alignment", alignment, "slice alignment in elements (default 128)");
   app.add_flag("--no-sync", no_sync,
                "stages 2/3: keep full local gradients for no-sync "
                "accumulation");
@@ -196,7 +197,13 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   }
   if (prefetch_depth >= 0) o.prefetch_depth = prefetch_depth;
   if (persistence >= 0) o.persistence_threshold = static_cast<size_t>(persistence);
-  if (alignment > 0) o.alignment = static_cast<size_t>(alignment);
+  if (alignment_option->count() > 0) {
+    // As zrt_partition_config_t refuses it: 0 is not "the default" here either.
+    if (alignment < 1 || alignment > (1 << 20)) {
+      return Status::invalid_argument("--alignment {}: expected 1..1048576 elements", alignment);
+    }
+    o.alignment = static_cast<size_t>(alignment);
+  }
   if (no_sync) o.no_sync_accumulation = true;
   if (no_step_backup) o.step_backup = false;
   if (offload) o.offload_optimizer = true;

@@ -27,6 +27,10 @@ Status model_from_param_count(uint64_t params, int units, ModelSpec* model) {
     return Status::invalid_argument("--params {} is fewer than --units {}: every unit needs one",
                                     params, units);
   }
+  if (params > kMaxNumel) {
+    return Status::invalid_argument(
+        "--params {}: over zrt's limit of {} (2^50) elements in a model", params, kMaxNumel);
+  }
   ModelSpec out;
   const uint64_t u = static_cast<uint64_t>(units);
   for (uint64_t i = 0; i < u; ++i) {
@@ -54,6 +58,16 @@ Status model_from_transformer(const TransformerShape& s, ModelSpec* model) {
   }
   if (s.vocab < 1 || s.seq < 1 || s.micro_batch < 1) {
     return Status::invalid_argument("--vocab, --seq and --micro-batch must be at least 1");
+  }
+  // Estimated in floating point first: 12 h^2 per layer wraps 64 bits for a large --hidden.
+  const double hd = static_cast<double>(s.hidden);
+  const double estimate = (static_cast<double>(s.vocab) + static_cast<double>(s.seq)) * hd +
+                          static_cast<double>(s.layers) * (12 * hd * hd + 13 * hd) + 2 * hd;
+  if (estimate > static_cast<double>(kMaxNumel)) {
+    return Status::invalid_argument(
+        "--layers {} --hidden {} --vocab {} --seq {} make about {:.3g} parameters, over zrt's "
+        "limit of {} (2^50) elements in a model",
+        s.layers, s.hidden, s.vocab, s.seq, estimate, kMaxNumel);
   }
   ModelSpec out;
   const size_t h = static_cast<size_t>(s.hidden);
@@ -105,6 +119,10 @@ Status read_count(const tools::JsonFile& file, const std::string& path, const nl
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
+    if (!(d <= static_cast<double>(kMaxNumel))) {  // also NaN; and before the cast below
+      return file.field_error(
+          path, fmt::format("{} elements is over zrt's limit of {} (2^50)", d, kMaxNumel));
+    }
     if (d != static_cast<double>(static_cast<uint64_t>(d)) || d < 1) {
       return file.field_error(path, fmt::format("expected a whole number >= 1, got {}", d));
     }
@@ -114,6 +132,10 @@ Status read_count(const tools::JsonFile& file, const std::string& path, const nl
   if (v.is_number_integer() && v.get<int64_t>() < 1) {
     return file.field_error(path,
                             fmt::format("expected at least 1 element, got {}", v.get<int64_t>()));
+  }
+  if (v.get<uint64_t>() > kMaxNumel) {
+    return file.field_error(path, fmt::format("{} elements is over zrt's limit of {} (2^50)",
+                                              v.get<uint64_t>(), kMaxNumel));
   }
   *numel = v.get<size_t>();
   return Status::ok();

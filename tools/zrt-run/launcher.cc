@@ -12,11 +12,19 @@
 // and SIGTERM sent to zrt-run are forwarded to every rank the same way. After the last rank
 // exits, output still in the pipes is drained (bounded, in case a rank left children holding
 // them).
+//
+// Launcher death: a zrt-run killed by SIGKILL cannot signal anyone, so the ranks watch it. Each
+// inherits the read end of a lifeline pipe (ZRT_LAUNCHER_FD) whose write end only zrt-run holds;
+// zrt's bootstrap starts a thread that ends the rank with a message on end-of-file
+// (lib/bootstrap/launcher_watch.h). A rank that never reaches the bootstrap gets SIGTERM from
+// the kernel (PR_SET_PDEATHSIG). Each rank also holds the read ends of its own output pipes, so
+// that a rank printing when zrt-run dies blocks instead of dying of SIGPIPE.
 #include "tools/zrt-run/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,7 +57,7 @@ const std::set<std::string> kReplacedVariables = {
     "RANK",           "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
     "MASTER_ADDR",    "MASTER_PORT",    "ZRT_JOB_TOKEN",  "ZRT_STORE_EXTERNAL",
     "ZRT_RANK",       "ZRT_WORLD_SIZE", "ZRT_LOCAL_RANK", "ZRT_LOCAL_WORLD_SIZE",
-    "ZRT_STORE_ADDR", "ZRT_STORE_PORT"};
+    "ZRT_STORE_ADDR", "ZRT_STORE_PORT", "ZRT_LAUNCHER_FD"};
 
 struct RankProcess {
   int rank = 0;
@@ -83,7 +91,7 @@ std::optional<std::string> random_token() {
 }
 
 std::vector<std::string> rank_environment(int rank, const LaunchOptions& options, int port,
-                                          const std::string& token) {
+                                          const std::string& token, int lifeline_fd) {
   std::vector<std::string> env;
   for (const std::string& text : environment_entries()) {
     const std::string name = text.substr(0, text.find('='));
@@ -97,6 +105,7 @@ std::vector<std::string> rank_environment(int rank, const LaunchOptions& options
   env.push_back(fmt::format("MASTER_PORT={}", port));
   env.push_back("ZRT_JOB_TOKEN=" + token);
   env.push_back("ZRT_STORE_EXTERNAL=1");
+  env.push_back(fmt::format("ZRT_LAUNCHER_FD={}", lifeline_fd));
   return env;
 }
 
@@ -119,6 +128,7 @@ class Job {
 
  private:
   bool start_ranks(int port, const std::string& token, const sigset_t& original_mask);
+  bool open_lifeline();
   void signal_all(int signal);
   void begin_termination(const std::string& reason);
   void reap();
@@ -135,6 +145,10 @@ class Job {
   Clock::time_point term_at_;
   bool term_sent_ = false;
   int exit_code_ = 0;  // the first failure decides
+  // The lifeline: every rank inherits the read end, only this process holds the write end, so
+  // the ranks see end-of-file the moment zrt-run dies, however it dies (launcher_watch.h).
+  int lifeline_read_ = -1;
+  int lifeline_write_ = -1;
   int interrupted_by_ = 0;
 };
 
@@ -142,6 +156,17 @@ int Job::running_count() const {
   int count = 0;
   for (const RankProcess& process : ranks_) count += process.running ? 1 : 0;
   return count;
+}
+
+bool Job::open_lifeline() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    message(fmt::format("cannot create the ranks' lifeline pipe: {}", strerror(errno)));
+    return false;
+  }
+  lifeline_read_ = fds[0];
+  lifeline_write_ = fds[1];
+  return true;
 }
 
 bool Job::start_ranks(int port, const std::string& token, const sigset_t& original_mask) {
@@ -162,7 +187,7 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
     process.rank = rank;
     // Everything the child needs is built before fork(): the store's thread is running, so the
     // child may only make async-signal-safe calls until exec.
-    std::vector<std::string> env = rank_environment(rank, options_, port, token);
+    std::vector<std::string> env = rank_environment(rank, options_, port, token, lifeline_read_);
     if (options_.bind) {
       const auto& extra = binding.environment[static_cast<size_t>(rank)];
       env.insert(env.end(), extra.begin(), extra.end());
@@ -182,6 +207,7 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
       message(fmt::format("cannot create pipes for rank {}: {}", rank, strerror(errno)));
       return false;
     }
+    const pid_t launcher_pid = getpid();
     const pid_t pid = fork();
     if (pid < 0) {
       message(fmt::format("cannot fork rank {}: {}", rank, strerror(errno)));
@@ -193,6 +219,16 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
       if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
+      // The rank keeps the read ends of its own output pipes: if zrt-run dies, a rank that
+      // prints blocks on a full pipe (until its launcher watch or the signal below ends it)
+      // instead of dying of SIGPIPE. The lifeline's read end survives exec (ZRT_LAUNCHER_FD).
+      fcntl(out_pipe[0], F_SETFD, 0);
+      fcntl(err_pipe[0], F_SETFD, 0);
+      fcntl(lifeline_read_, F_SETFD, 0);
+      // A rank that never reaches zrt's bootstrap (or is no zrt program) still ends with its
+      // launcher; getppid() catches a launcher that died before the prctl.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(1);
       signal(SIGPIPE, SIG_DFL);
       sigprocmask(SIG_SETMASK, &original_mask, nullptr);
       if (options_.bind) {
@@ -324,7 +360,7 @@ int Job::run() {
     message("cannot serve the rendezvous store: " + served.message());
     return 1;
   }
-  if (!start_ranks(store->port(), *token, original_mask)) {
+  if (!open_lifeline() || !start_ranks(store->port(), *token, original_mask)) {
     exit_code_ = 1;
     begin_termination("launch failed");
   }
@@ -429,6 +465,9 @@ int Job::run() {
   }
   store->stop();
   close(signal_fd);
+  for (int fd : {lifeline_read_, lifeline_write_}) {
+    if (fd >= 0) close(fd);
+  }
   return exit_code_;
 }
 
