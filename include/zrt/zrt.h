@@ -223,7 +223,8 @@ ZRT_API zrt_status_t zrt_oob_init(zrt_oob_t* oob, size_t size);
  * and no environment. oob and config (NULL = defaults) are not kept. Collective. Errors:
  * ZRT_INVALID_ARGUMENT (NULL callback, rank not in [0, size), inconsistent local_rank and
  * local_size, bad config), ZRT_REMOTE_ERROR (a callback failed: its status is in the message),
- * ZRT_SYSTEM_ERROR. */
+ * ZRT_CALLBACK_ERROR (a callback returned it: its zrt_callback_error message; or a value
+ * outside zrt_status_t), ZRT_SYSTEM_ERROR. */
 ZRT_API zrt_status_t zrt_comm_init_oob(const zrt_oob_t* oob, const zrt_comm_config_t* config,
                                        zrt_comm_t* comm);
 
@@ -527,10 +528,9 @@ ZRT_API zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const
  * checkpoints and zrt_partition_export_full. Errors: ZRT_INVALID_ARGUMENT (as add_param; ndim
  * out of range, a dimension < 1, a product that overflows size_t, ZRT_F64 (convert the tensor
  * to float32 first) or another dtype: the parameter is named). */
-ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit,
-                                                    const char* name, int ndim,
-                                                    const int64_t* dims, zrt_dtype_t dtype,
-                                                    uint32_t flags, int* param);
+ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit, const char* name,
+                                                    int ndim, const int64_t* dims,
+                                                    zrt_dtype_t dtype, uint32_t flags, int* param);
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
  * the same model with the same configuration. Parameters start at zero (zrt_partition_load_param
@@ -553,10 +553,10 @@ typedef struct zrt_param_info {
   int resident;   /* 1: full data always available (stages 0-2, frozen, persistent) */
   int first_segment, last_segment; /* segments holding it (-1 when frozen) */
   size_t segment_offset;           /* element offset of its first element in first_segment */
-  size_t view_offset; /* element offset in its gathered buffer (the full buffer, a window
-                         slot, the persistent or the frozen store) */
-  zrt_dtype_t dtype;  /* as registered (add_param: the config's param_dtype) */
-  int ndim;           /* as registered (add_param: 1) */
+  size_t view_offset;         /* element offset in its gathered buffer (the full buffer, a window
+                                 slot, the persistent or the frozen store) */
+  zrt_dtype_t dtype;          /* as registered (add_param: the config's param_dtype) */
+  int ndim;                   /* as registered (add_param: 1) */
   int64_t dims[ZRT_MAX_DIMS]; /* dims[0..ndim) as registered, the rest 0 */
 } zrt_param_info_t;
 
