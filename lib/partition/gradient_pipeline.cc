@@ -193,7 +193,10 @@ Status GradientPipeline::begin_microbatch() {
   if (microbatch_started_) return Status::ok();
   // The previous micro-batch's reductions read the full gradient buffer in place: let them
   // finish before this one accumulates into it. (Buckets wait for themselves.)
-  if (ctx_.buffers.full_grads != nullptr && reductions_in_flight_) {
+  // Likewise the persistent bucket (stage 3), which has no event of its own and is zeroed as
+  // soon as this micro-batch's first persistent gradient arrives.
+  const bool persistent = ctx_.layout.persistent_segment() >= 0;
+  if ((ctx_.buffers.full_grads != nullptr || persistent) && reductions_in_flight_) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize());
   }
   microbatch_started_ = true;
