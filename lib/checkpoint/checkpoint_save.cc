@@ -29,7 +29,10 @@ std::vector<ManifestParam> manifest_params(const PartitionManager& pm) {
   const auto& units = pm.unit_specs();
   for (const ParamSpec& spec : specs) {
     params.push_back({spec.name, units[static_cast<size_t>(spec.unit)].name, spec.numel,
-                      (spec.flags & ZRT_PARAM_FROZEN) != 0});
+                      (spec.flags & ZRT_PARAM_FROZEN) != 0,
+                      std::vector<uint64_t>(spec.dims.begin(), spec.dims.end())});
+    // A parameter registered without a shape has none to record ([numel] is zrt's own view).
+    if (!spec.shaped) params.back().shape.reset();
   }
   return params;
 }

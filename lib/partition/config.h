@@ -59,6 +59,10 @@ struct PartitionOptions {
   // segment on the CPU as reductions end (ZeRO-Offload). Off by default: on host memory it
   // only adds copies, and on a device it trades device memory for host bandwidth.
   bool offload_optimizer = false;
+  // The framework accumulates into zeroed gradient windows (torch's .grad += ...) instead of
+  // overwriting them. Off by default: the overwrite protocol is the older one, and a window
+  // handed out zeroed costs nothing only because zrt zeroes it while reading it.
+  bool grad_accumulate = false;
 };
 
 // Checks ranges and combinations; messages name the field.

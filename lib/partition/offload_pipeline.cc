@@ -1,5 +1,7 @@
 #include "lib/partition/offload_pipeline.h"
 
+#include "lib/core/callback_status.h"
+
 #include <algorithm>
 
 #include "lib/engine/engine.h"
@@ -87,8 +89,10 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
     args.mem_kind = ZRT_MEM_HOST;
     args.param_dtype = ctx_.options.param_dtype;
     *optimized = true;
-    *code = optimizer(&args, user_data);
-    if (*code != ZRT_SUCCESS) return Status::ok();
+    clear_callback_message();
+    const Status own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+    *code = own.code();
+    if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
     if (convert_back) ZRT_RETURN_IF_ERROR(convert_back_segment(s));
   }
   if (how == OffloadCopies::kByCaller) grads.host_copy_complete();

@@ -93,15 +93,19 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
   const std::string failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
     roll_back();
-    if (!local.is_ok()) {
-      return local.with_context(fmt::format("step {} (offloaded; {} on every rank)", next,
-                                            optimized ? undo : "nothing was changed here"));
+    // Every rank takes this branch (the codes agree), so each shares its own message and every
+    // rank can say why the failing ones failed.
+    std::string details;
+    const Status shared = exchange_messages(local, codes, &details);
+    if (!shared.is_ok()) {
+      details = fmt::format(" (their messages could not be shared: {}{})", shared.message(),
+                            local.is_ok() ? "" : "; this rank: " + local.message());
     }
     return Status::error(first,
                          "step {}: rank(s){} failed in the offloaded step (a reduction, a copy "
-                         "to the host or the optimizer callback); {} on every rank, parameters "
-                         "unchanged",
-                         next, failed, undo);
+                         "to the host or the optimizer callback); {} on this rank, parameters "
+                         "unchanged{}",
+                         next, failed, optimized ? undo : "nothing was changed", details);
   }
 
   // Every rank's pipeline succeeded: publish (the owned slices are converted already).

@@ -91,6 +91,7 @@ static void test_init_functions(void) {
   CHECK(part.step_backup == part_macro.step_backup);
   CHECK(part.prefetch_next_step == part_macro.prefetch_next_step);
   CHECK(part.offload_optimizer == part_macro.offload_optimizer && part.offload_optimizer == 0);
+  CHECK(part.grad_accumulate == part_macro.grad_accumulate && part.grad_accumulate == 0);
 
   /* An older caller's struct: the defaults of the fields it has, nothing past its end. */
   older = offsetof(zrt_partition_config_t, prefetch_next_step);

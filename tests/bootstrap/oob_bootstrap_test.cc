@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/core/callback_status.h"
 #include "tests/harness/multirank.h"
 
 namespace zrt {
@@ -192,6 +193,37 @@ TEST(OobBootstrap, CallbackErrorsAreRemoteErrors) {
   EXPECT_NE(status.message().find("test callback failed with ZRT_REMOTE_ERROR"), std::string::npos)
       << status.message();
   EXPECT_EQ(state.frees, 1);
+}
+
+// A callback that fails through zrt_callback_error (the message it leaves on the thread, which
+// zrt_callback_error sets through set_callback_message) or returns a value outside zrt_status_t
+// is a ZRT_CALLBACK_ERROR that says so.
+TEST(OobBootstrap, FrameworkCallbackFailuresCarryTheirMessage) {
+  ScratchDir scratch;
+  FileOobState state{scratch.path(), 0, 1};
+  zrt_oob_t oob = file_oob(&state, 0, 1);
+  oob.allgather = [](const void*, void*, size_t, void*, void**) {
+    set_callback_message("torch.distributed is not initialized");
+    return ZRT_CALLBACK_ERROR;
+  };
+  std::unique_ptr<Bootstrap> bootstrap;
+  ASSERT_TRUE(create_oob_bootstrap(oob, 1000, &bootstrap).is_ok());
+  Status status = bootstrap->barrier();
+  EXPECT_EQ(status.code(), ZRT_CALLBACK_ERROR);
+  EXPECT_NE(status.message().find(
+                "the out-of-band allgather callback failed: torch.distributed is not initialized"),
+            std::string::npos)
+      << status.message();
+
+  oob = file_oob(&state, 0, 1);
+  oob.test = [](void*) { return static_cast<zrt_status_t>(-7); };
+  ASSERT_TRUE(create_oob_bootstrap(oob, 1000, &bootstrap).is_ok());
+  status = bootstrap->barrier();
+  EXPECT_EQ(status.code(), ZRT_CALLBACK_ERROR);
+  EXPECT_NE(status.message().find("the out-of-band test callback returned -7, which is not a "
+                                  "zrt_status_t value"),
+            std::string::npos)
+      << status.message();
 }
 
 }  // namespace

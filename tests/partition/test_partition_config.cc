@@ -128,6 +128,9 @@ TEST(PartitionConfig, SwitchesDefaultAndLoad) {
   expect_switch_loads({"offload_optimizer", &zrt_partition_config_t::offload_optimizer,
                        &PartitionOptions::offload_optimizer,
                        offsetof(zrt_partition_config_t, offload_optimizer), false});
+  expect_switch_loads({"grad_accumulate", &zrt_partition_config_t::grad_accumulate,
+                       &PartitionOptions::grad_accumulate,
+                       offsetof(zrt_partition_config_t, grad_accumulate), false});
 }
 
 TEST(PartitionConfig, OffloadNeedsAShardedStage) {
