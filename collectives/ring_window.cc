@@ -53,7 +53,7 @@ Status RingWindow::handshake(TaskContext& context, CollTask& task, bool* ready) 
   if (!handshake_started_) {
     handshake_started_ = true;
     std::vector<uint8_t> key;
-    ZRT_RETURN_IF_ERROR(context.transport.pack_registered_key(resources_->scratch, &key)
+    ZRT_RETURN_IF_ERROR(context.transport.pack_registered_key(resources_->inbox, &key)
                             .with_context("window handshake"));
     if (key.size() > kWindowKeyMaxBytes) {
       return Status::error(ZRT_INTERNAL_ERROR, "window handshake: memory key of {} bytes > {}",
