@@ -5,14 +5,15 @@
 #   completed  the survivor's part was done before the kill (success is correct then)
 #   other      an error that does not name the dead rank (a test failure)
 #   crash/hang the survivor died of a signal or outlived the harness deadline (a test failure)
-# Usage: scripts/kill_matrix.sh [build-dir] [reps] [gtest-filter]
+# Usage: scripts/kill_matrix.sh [build-dir] [reps] [gtest-filter]; ZRT_TEST_KILL_COUNT=<elements>
+# sets the message size (default 1 Mi f32).
 set -eu
 build=${1:-build}
 reps=${2:-50}
 filter=${3:-*}
 log=$(mktemp /tmp/zrt_kill_matrix.XXXXXX)
 status=0
-ZRT_KILL_REPS=$reps "$build/tests/hardening/test_kill_matrix" --gtest_filter="Hardening/KillMatrix.*$filter" \
+ZRT_TEST_KILL_REPS=$reps "$build/tests/hardening/test_kill_matrix" --gtest_filter="Hardening/KillMatrix.*$filter" \
   >"$log" 2>&1 || status=$?
 grep '^KILL ' "$log" | awk '
   { split($2, c, "="); split($7, o, "="); n[c[2]]++; k[c[2] " " o[2]]++; seen[o[2]] = 1

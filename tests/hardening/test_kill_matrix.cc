@@ -6,12 +6,13 @@
 // through UCX's rkey unpack and segfaulted; cma's process_vm_readv against a dead peer aborted),
 // and zrt_comm_destroy must return promptly.
 //
-// CI runs one kill per case (ZRT_KILL_REPS unset). scripts/kill_matrix.sh runs each case many
-// times (ZRT_KILL_REPS=50) and tabulates the KILL lines this test prints, one per survivor:
+// CI runs one kill per case (ZRT_TEST_KILL_REPS unset). scripts/kill_matrix.sh runs each case many
+// times (ZRT_TEST_KILL_REPS=50) and tabulates the KILL lines this test prints, one per survivor:
 //   KILL case=<name> rep=<i> victim=<v> delay_us=<d> rank=<r> outcome=<named|completed|other>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,8 +33,15 @@ namespace {
 
 constexpr int kTimeoutSeconds = 5;
 constexpr int64_t kLimitMs = kTimeoutSeconds * 1000 + 5000;
-constexpr size_t kCount = size_t{1} << 20;  // 4 MiB of f32: a few ms at most ranks here
+// 4 MiB of f32 per rank by default (a few ms here); ZRT_TEST_KILL_COUNT elements otherwise.
+constexpr size_t kDefaultCount = size_t{1} << 20;
 constexpr int kMaxDelayUs = 12000;
+
+size_t element_count() {
+  const char* text = std::getenv("ZRT_TEST_KILL_COUNT");
+  const long long count = text != nullptr ? std::atoll(text) : 0;
+  return count > 0 ? static_cast<size_t>(count) : kDefaultCount;
+}
 
 enum class Kind {
   kAllReduce,
@@ -67,6 +75,7 @@ std::string case_name(const Case& c) {
 // The collective under test, enqueued on `stream` and waited for.
 zrt_status_t run_collective(const Case& c, zrt_comm_t comm, zrt_stream_t stream, int rank,
                             int size) {
+  const size_t kCount = element_count();
   std::vector<float> in(kCount, 1.0f), out(kCount * static_cast<size_t>(size), 0.0f);
   zrt_status_t status = ZRT_SUCCESS;
   switch (c.kind) {
@@ -99,7 +108,7 @@ zrt_status_t run_collective(const Case& c, zrt_comm_t comm, zrt_stream_t stream,
 }
 
 int repetitions() {
-  const char* text = std::getenv("ZRT_KILL_REPS");
+  const char* text = std::getenv("ZRT_TEST_KILL_REPS");
   const int reps = text != nullptr ? std::atoi(text) : 1;
   return reps > 0 ? reps : 1;
 }
@@ -107,7 +116,10 @@ int repetitions() {
 void run_one(const Case& c, int rep, uint64_t seed) {
   std::mt19937_64 random(seed);
   const int victim = static_cast<int>(random() % static_cast<uint64_t>(c.ranks));
-  const int delay_us = static_cast<int>(random() % kMaxDelayUs);
+  // Longer collectives get a proportionally longer window for the kill.
+  const int delay_us =
+      static_cast<int>(random() % (static_cast<uint64_t>(kMaxDelayUs) *
+                                   std::max<size_t>(1, element_count() / kDefaultCount)));
   RankOptions options;
   options.env["ZRT_TIMEOUT"] = std::to_string(kTimeoutSeconds);
   options.env["ZRT_ALGO"] = c.algo;
@@ -154,6 +166,10 @@ void run_one(const Case& c, int rep, uint64_t seed) {
               << "the error does not name the dead " << dead << ": " << message;
         }
         EXPECT_LT(took, kLimitMs) << message;
+        // Survivors stay until every survivor has its error: one that left early would look
+        // dead to the others, which might then name it instead of the victim.
+        const int index = rank < victim ? rank : rank - 1;
+        EXPECT_TRUE(file_barrier(run_dir(), "survived", index, size - 1).is_ok());
         const auto destroy_start = std::chrono::steady_clock::now();
         zrt_comm_destroy(comm);
         EXPECT_LT(elapsed_ms(destroy_start), kLimitMs) << "zrt_comm_destroy after the kill";

@@ -193,7 +193,8 @@ class UcxTransport final : public Transport {
                                       size_);
     }
     if (!peer_failed_[peer].is_ok()) return peer_failed_[peer];
-    return memory_->map_peer(key, remote_address, local);
+    return memory_->map_peer(key, remote_address, local)
+        .with_context(fmt::format("mapping rank {}'s memory", peer));
   }
   void unmap_peer_registered(void* local) override { memory_->unmap_peer(local); }
   std::string describe() const override { return description_; }
