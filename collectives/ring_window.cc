@@ -20,8 +20,18 @@ uint32_t RingWindow::ready_tag(uint64_t unit) const {
 
 Status RingWindow::attach(TaskContext& context) {
   resources_ = context.resources;
-  if (resources_ == nullptr || !resources_->windows || resources_->inbox == nullptr) {
+  if (resources_ == nullptr || !resources_->windows) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: the stream has no window inbox");
+  }
+  if (resources_->inbox == nullptr) {
+    // The stream's first window phase: its inbox, which the engine frees with the stream.
+    const size_t bytes =
+        static_cast<size_t>(resources_->window_slots) * resources_->window_slot_bytes;
+    void* inbox = nullptr;
+    ZRT_RETURN_IF_ERROR(context.transport.alloc_registered(bytes, &inbox)
+                            .with_context(fmt::format("window inbox of stream {} ({} bytes)",
+                                                      context.stream_index, bytes)));
+    resources_->inbox = static_cast<char*>(inbox);
   }
   slots_ = static_cast<uint64_t>(resources_->window_slots);
   slot_bytes_ = resources_->window_slot_bytes;

@@ -95,7 +95,10 @@ Status EngineImpl::create_stream(zrt_mem_kind_t kind, Stream** stream) {
   const int index = next_stream_index_;
   for (const auto& live : streams_) {
     if ((live->index() & (kMaxLiveStreams - 1)) == (index & (kMaxLiveStreams - 1))) {
-      return Status::invalid_usage("create_stream: more than {} live streams", kMaxLiveStreams);
+      return Status::invalid_usage(
+          "create_stream: a communicator holds at most {} live streams (the documented cap, set "
+          "by the stream bits of message tags); destroy a stream first",
+          kMaxLiveStreams);
     }
   }
   auto created = std::make_shared<StreamImpl>(*this, index, kind);
@@ -314,19 +317,11 @@ Status EngineImpl::acquire_staging(StreamImpl& stream) {
     resources.scratch = scratch;
     resources.scratch_bytes = kStreamScratchBytes;
   }
-  const bool windows = options_.peer_windows && options_.size > 1;
-  if (windows && resources.inbox == nullptr) {
-    const size_t inbox_bytes =
-        static_cast<size_t>(options_.window_slots) * options_.window_slot_bytes;
-    void* inbox = nullptr;
-    ZRT_RETURN_IF_ERROR(transport_.alloc_registered(inbox_bytes, &inbox)
-                            .with_context(fmt::format("window inbox of stream {} ({} bytes)",
-                                                      stream.index(), inbox_bytes)));
-    resources.windows = true;
-    resources.window_slots = options_.window_slots;
-    resources.window_slot_bytes = options_.window_slot_bytes;
-    resources.inbox = static_cast<char*>(inbox);
-  }
+  // The inbox itself comes at the stream's first window phase (RingWindow::attach): a stream
+  // that only ever runs small all-reduces, broadcasts or barriers never holds one.
+  resources.windows = options_.peer_windows && options_.size > 1;
+  resources.window_slots = options_.window_slots;
+  resources.window_slot_bytes = options_.window_slot_bytes;
   return Status::ok();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -139,6 +140,63 @@ TEST(MemoryAdmission, CgroupLimitIsRefused) {
       options);
   // The ranks are gone; their cgroup can go too (a v1 cgroup may take a moment to empty).
   for (int i = 0; i < 50 && rmdir(cgroup.c_str()) != 0; ++i) usleep(100000);
+}
+
+// Bytes of zrt's registered memory (memfd) mapped by this process.
+uint64_t registered_bytes() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uint64_t total = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:zrt-registered") == std::string::npos) continue;
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2) total += end - begin;
+  }
+  return total;
+}
+
+// Staging is pooled: 1000 streams that each ran a collective hold a few scratch buffers, not
+// 1000 (it was ~6 MB per stream); the stream cap is an error naming it.
+TEST(MemoryAdmission, ThousandStreamsShareTheirStaging) {
+  RankOptions options;
+  options.deadline_ms = 120000;
+  expect_ranks_pass(
+      kRanks,
+      [&](int, int) {
+        zrt_comm_t comm = nullptr;
+        ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
+        const uint64_t before = registered_bytes();
+        std::vector<zrt_stream_t> streams(1000);
+        std::vector<float> data(256, 1.0f);
+        for (zrt_stream_t& stream : streams) {
+          ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &stream), ZRT_SUCCESS);
+          ASSERT_EQ(
+              zrt_all_reduce(comm, data.data(), data.data(), data.size(), ZRT_F32, ZRT_SUM, stream),
+              ZRT_SUCCESS);
+          ASSERT_EQ(zrt_stream_synchronize(stream), ZRT_SUCCESS) << zrt_last_error();
+        }
+        const uint64_t held = registered_bytes() - before;
+        std::fprintf(stderr, "1000 streams after one all-reduce each: %llu bytes of staging\n",
+                     static_cast<unsigned long long>(held));
+        EXPECT_LE(held, uint64_t{16} << 20) << "staging is not shared across streams";
+        // Up to the cap, then a clear refusal.
+        std::vector<zrt_stream_t> more;
+        zrt_status_t status = ZRT_SUCCESS;
+        while (status == ZRT_SUCCESS && more.size() < 100) {
+          zrt_stream_t stream = nullptr;
+          status = zrt_stream_create(comm, ZRT_MEM_HOST, &stream);
+          if (status == ZRT_SUCCESS) more.push_back(stream);
+        }
+        EXPECT_EQ(status, ZRT_INVALID_USAGE);
+        // The communicator's own internal stream counts too.
+        EXPECT_GE(streams.size() + more.size(), 1023u);
+        EXPECT_LE(streams.size() + more.size(), 1024u);
+        EXPECT_NE(std::string(zrt_last_error()).find("at most 1024 live streams"),
+                  std::string::npos)
+            << zrt_last_error();
+        EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
+      },
+      options);
 }
 
 }  // namespace
