@@ -39,8 +39,8 @@ class UcxTransport;
 // 2.2-3.9 GB/s here (bench_p2p). "hybrid" gets both: data moves on mode-NONE endpoints, and a
 // second, idle mode-PEER endpoint per peer (tcp, with keepalive) watches the peer's liveness; its
 // error callback fails everything outstanding with that peer. "peer" sends data on the PEER
-// endpoints (slow, no second endpoint); "none" has no watcher, so a dead peer surfaces only
-// through the engine's no-progress timeout.
+// endpoints (slow, no second endpoint); "none" has no watcher, so a dead peer surfaces through
+// an error on a data endpoint (cma notices a gone process) or the engine's no-progress timeout.
 enum class ErrorMode { kHybrid, kPeer, kNone };
 
 // The options' mode, else ZRT_UCX_ERR_MODE through the settings registry.
