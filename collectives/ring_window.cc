@@ -20,8 +20,18 @@ uint32_t RingWindow::ready_tag(uint64_t unit) const {
 
 Status RingWindow::attach(TaskContext& context) {
   resources_ = context.resources;
-  if (resources_ == nullptr || !resources_->windows || resources_->inbox == nullptr) {
+  if (resources_ == nullptr || !resources_->windows) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: the stream has no window inbox");
+  }
+  if (resources_->inbox == nullptr) {
+    // The stream's first window phase: its inbox, which the engine frees with the stream.
+    const size_t bytes =
+        static_cast<size_t>(resources_->window_slots) * resources_->window_slot_bytes;
+    void* inbox = nullptr;
+    ZRT_RETURN_IF_ERROR(context.transport.alloc_registered(bytes, &inbox)
+                            .with_context(fmt::format("window inbox of stream {} ({} bytes)",
+                                                      context.stream_index, bytes)));
+    resources_->inbox = static_cast<char*>(inbox);
   }
   slots_ = static_cast<uint64_t>(resources_->window_slots);
   slot_bytes_ = resources_->window_slot_bytes;
@@ -53,7 +63,7 @@ Status RingWindow::handshake(TaskContext& context, CollTask& task, bool* ready) 
   if (!handshake_started_) {
     handshake_started_ = true;
     std::vector<uint8_t> key;
-    ZRT_RETURN_IF_ERROR(context.transport.pack_registered_key(resources_->scratch, &key)
+    ZRT_RETURN_IF_ERROR(context.transport.pack_registered_key(resources_->inbox, &key)
                             .with_context("window handshake"));
     if (key.size() > kWindowKeyMaxBytes) {
       return Status::error(ZRT_INTERNAL_ERROR, "window handshake: memory key of {} bytes > {}",

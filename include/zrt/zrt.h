@@ -12,7 +12,9 @@
  *  - NULL. A NULL handle or a NULL output pointer is ZRT_INVALID_ARGUMENT; so is a handle that
  *    zrt did not create or has destroyed, when zrt can tell. Pointers that may be NULL say so.
  *  - Errors. Each function lists the errors specific to it. Not listed because always possible:
- *    ZRT_INVALID_ARGUMENT for NULL or foreign handles and outputs, ZRT_OUT_OF_MEMORY,
+ *    ZRT_INVALID_ARGUMENT for NULL or foreign handles and outputs, ZRT_OUT_OF_MEMORY (also
+ *    before allocating: a request that does not fit the memory available or the process's
+ *    memory cgroup is refused with the figures, nothing allocated),
  *    ZRT_INTERNAL_ERROR, and, for every call that waits for peers, ZRT_TIMEOUT and
  *    ZRT_REMOTE_ERROR. Nothing aborts the process: a failed or vanished peer surfaces as
  *    ZRT_REMOTE_ERROR or ZRT_TIMEOUT within the communicator's timeout.
@@ -278,8 +280,11 @@ typedef struct zrt_stream* zrt_stream_t;
 typedef struct zrt_event* zrt_event_t;
 
 /* Creates a stream for buffers of memory kind `kind`. Local (ZRT_MEM_CUDA: the communicator's
- * first CUDA stream is collective, see the CUDA section). Errors: ZRT_INVALID_ARGUMENT (kind),
- * ZRT_UNSUPPORTED (kind not built in, no usable device). */
+ * first CUDA stream is collective, see the CUDA section). A communicator holds at most 1024
+ * live streams. A host stream's staging memory is taken at its first collective (a pooled 4 MiB
+ * scratch while it runs collectives, plus its own 2 MiB window inbox), so that collective may
+ * fail with ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind), ZRT_INVALID_USAGE (1024
+ * live streams already), ZRT_UNSUPPORTED (kind not built in, no usable device). */
 ZRT_API zrt_status_t zrt_stream_create(zrt_comm_t comm, zrt_mem_kind_t kind, zrt_stream_t* stream);
 
 /* Waits for the stream's work, then destroys it. Returns the stream's error, if any. Errors:

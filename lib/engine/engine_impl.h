@@ -122,6 +122,12 @@ class EngineImpl final : public ProgressEngine {
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
+  // Staging (progress thread): a stream takes a scratch from the pool (or allocates one) at its
+  // first collective after being idle and gives it back when idle again; its window inbox, which
+  // its left neighbour has mapped, stays with it until the stream goes.
+  Status acquire_staging(StreamImpl& stream);
+  void return_scratch(StreamImpl& stream);
+  void free_scratch_pool();  // after the thread stopped
 
   Transport& transport_;
   const EngineOptions options_;
@@ -141,6 +147,8 @@ class EngineImpl final : public ProgressEngine {
   bool thread_started_ = false;
   bool shut_down_ = false;
   int wake_fd_ = -1;
+  std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
+  size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
   std::thread thread_;
 };
 

@@ -95,7 +95,10 @@ Status EngineImpl::create_stream(zrt_mem_kind_t kind, Stream** stream) {
   const int index = next_stream_index_;
   for (const auto& live : streams_) {
     if ((live->index() & (kMaxLiveStreams - 1)) == (index & (kMaxLiveStreams - 1))) {
-      return Status::invalid_usage("create_stream: more than {} live streams", kMaxLiveStreams);
+      return Status::invalid_usage(
+          "create_stream: a communicator holds at most {} live streams (the documented cap, set "
+          "by the stream bits of message tags); destroy a stream first",
+          kMaxLiveStreams);
     }
   }
   auto created = std::make_shared<StreamImpl>(*this, index, kind);
@@ -232,22 +235,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
     } else {
       stream.sequence_ = resources.collective_seq++;
       stream.tag_base_ = make_tag_base(false, stream.index(), stream.sequence_);
-      if (resources.scratch == nullptr) {
-        const bool windows = options_.peer_windows && options_.size > 1;
-        const size_t inbox_bytes =
-            static_cast<size_t>(options_.window_slots) * options_.window_slot_bytes;
-        const size_t bytes = kStreamScratchBytes + (windows ? inbox_bytes : 0);
-        void* scratch = nullptr;
-        ZRT_RETURN_IF_ERROR(
-            transport_.alloc_registered(bytes, &scratch)
-                .with_context("staging memory of stream " + std::to_string(stream.index())));
-        resources.scratch = scratch;
-        resources.scratch_bytes = kStreamScratchBytes;
-        resources.windows = windows;
-        resources.window_slots = options_.window_slots;
-        resources.window_slot_bytes = options_.window_slot_bytes;
-        resources.inbox = windows ? static_cast<char*>(scratch) + kStreamScratchBytes : nullptr;
-      }
+      ZRT_RETURN_IF_ERROR(acquire_staging(stream));
     }
   }
   stream.start_time_ = std::chrono::steady_clock::now();
@@ -298,11 +286,56 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
   stream.started_ = false;
+  bool idle = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stream.completed_;
+    idle = stream.queue_.empty() && stream.next_ == nullptr;
   }
+  // Every operation of the finished task has completed, so its scratch holds nothing: an idle
+  // stream gives it back, and 1000 mostly idle streams share a few.
+  if (idle) return_scratch(stream);
   done_cv_.notify_all();
+}
+
+Status EngineImpl::acquire_staging(StreamImpl& stream) {
+  StreamResources& resources = stream.resources_;
+  if (resources.scratch == nullptr) {
+    void* scratch = nullptr;
+    if (!free_scratch_.empty()) {
+      scratch = free_scratch_.back();
+      free_scratch_.pop_back();
+    } else {
+      ZRT_RETURN_IF_ERROR(
+          transport_.alloc_registered(kStreamScratchBytes, &scratch)
+              .with_context(fmt::format("staging memory of stream {} ({} bytes; {} already held by "
+                                        "streams running collectives at once)",
+                                        stream.index(), kStreamScratchBytes,
+                                        scratch_allocated_ * kStreamScratchBytes)));
+      ++scratch_allocated_;
+    }
+    resources.scratch = scratch;
+    resources.scratch_bytes = kStreamScratchBytes;
+  }
+  // The inbox itself comes at the stream's first window phase (RingWindow::attach): a stream
+  // that only ever runs small all-reduces, broadcasts or barriers never holds one.
+  resources.windows = options_.peer_windows && options_.size > 1;
+  resources.window_slots = options_.window_slots;
+  resources.window_slot_bytes = options_.window_slot_bytes;
+  return Status::ok();
+}
+
+void EngineImpl::return_scratch(StreamImpl& stream) {
+  if (stream.resources_.scratch == nullptr) return;
+  free_scratch_.push_back(stream.resources_.scratch);
+  stream.resources_.scratch = nullptr;
+  stream.resources_.scratch_bytes = 0;
+}
+
+void EngineImpl::free_scratch_pool() {
+  for (void* scratch : free_scratch_) transport_.free_registered(scratch);
+  free_scratch_.clear();
+  scratch_allocated_ = 0;
 }
 
 void EngineImpl::release_resources(StreamImpl& stream) {
@@ -310,13 +343,12 @@ void EngineImpl::release_resources(StreamImpl& stream) {
     transport_.unmap_peer_registered(stream.resources_.right_inbox);
     stream.resources_.right_inbox = nullptr;
   }
-  stream.resources_.inbox = nullptr;
-  stream.resources_.windows = false;
-  if (stream.resources_.scratch != nullptr) {
-    transport_.free_registered(stream.resources_.scratch);
-    stream.resources_.scratch = nullptr;
-    stream.resources_.scratch_bytes = 0;
+  if (stream.resources_.inbox != nullptr) {
+    transport_.free_registered(stream.resources_.inbox);
+    stream.resources_.inbox = nullptr;
   }
+  stream.resources_.windows = false;
+  return_scratch(stream);
 }
 
 // Fails the engine for a communicating task that made no progress for the timeout; otherwise
@@ -535,6 +567,7 @@ Status EngineImpl::shutdown() {
     }
   }
   for (const auto& stream : streams) release_resources(*stream);
+  free_scratch_pool();
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;

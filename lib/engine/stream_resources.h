@@ -1,9 +1,12 @@
 // StreamResources: what the engine keeps per stream for the tasks that run on it. Touched only
 // by the progress thread.
 //
-// Staging memory is constant-size and allocated once per stream (at its first communicating
-// task) from transport.alloc_registered, which also touches it: no collective allocates or
-// faults in fresh pages on the data path (docs/ARCHITECTURE.md#measured-costs).
+// Staging memory is constant-size, from transport.alloc_registered, which admits it against the
+// machine's memory and touches it: no collective allocates or faults in fresh pages on the data
+// path (docs/ARCHITECTURE.md#measured-costs). The scratch is pooled across the streams of a
+// communicator: a stream holds one only while it has collectives to run, so the pool holds as
+// many as streams ever ran collectives at the same moment. The window inbox is the stream's own
+// (its left neighbour has mapped it) and is allocated at its first collective.
 #pragma once
 
 #include <array>
@@ -43,9 +46,9 @@ struct SelfMessage {
 };
 
 struct StreamResources {
-  void* scratch = nullptr;  // kStreamScratchBytes, or nullptr before the first communicating task
+  void* scratch = nullptr;  // kStreamScratchBytes from the pool while the stream has collectives
   size_t scratch_bytes = 0;
-  // Windows (EngineOptions::peer_windows): `inbox` is scratch + kStreamScratchBytes; the right
+  // Windows (EngineOptions::peer_windows): `inbox` is the stream's own allocation; the right
   // neighbour's inbox is mapped at `right_inbox` by the first window phase of the stream (the
   // handshake), and unmapped when the stream's resources are released.
   bool windows = false;

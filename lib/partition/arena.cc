@@ -1,6 +1,8 @@
 #include "lib/partition/arena.h"
 
 #include <cstring>
+#include <iterator>
+#include <string>
 
 #include "transports/transport.h"
 
@@ -53,13 +55,34 @@ void Arena::count_external(size_t bytes, MemoryCategory category) {
   entries_[grow()] = Entry{0, bytes, category, true};
 }
 
+// "parameter shard 1024, gradients 4096, ..." for the categories that hold bytes: what an
+// admission refusal (lib/core/memory_probe.h) tells the user to shrink.
+std::string Arena::describe_categories() const {
+  static constexpr const char* kNames[] = {
+      "full parameters", "parameter shard", "gradients",     "gradient shard",   "master weights",
+      "optimizer state", "buckets",         "gather window", "gradient staging", "step backup"};
+  static_assert(std::size(kNames) == static_cast<size_t>(MemoryCategory::kCount));
+  size_t bytes[static_cast<size_t>(MemoryCategory::kCount)] = {};
+  for (size_t i = 0; i < entry_count_; ++i) {
+    bytes[static_cast<size_t>(entries_[i].category)] += entries_[i].bytes;
+  }
+  std::string text;
+  for (size_t c = 0; c < std::size(kNames); ++c) {
+    if (bytes[c] == 0) continue;
+    if (!text.empty()) text += ", ";
+    text += fmt::format("{} {}", kNames[c], bytes[c]);
+  }
+  return text;
+}
+
 Status Arena::commit() {
   if (block_ != nullptr) return Status(ZRT_INTERNAL_ERROR, "arena committed twice");
   const size_t bytes = total_ == 0 ? kAlignment : total_;
   Status status = backend_->allocate(bytes, &block_);
   if (!status.is_ok()) {
     block_ = nullptr;
-    return status.with_context(fmt::format("allocating the {}-byte partition arena", bytes));
+    return status.with_context(
+        fmt::format("allocating the {}-byte partition arena ({})", bytes, describe_categories()));
   }
   return Status::ok();
 }

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "lib/core/status.h"
 #include "lib/engine/arena_backend.h"
@@ -55,6 +56,8 @@ class Arena {
 
   // Bytes carved per category (without alignment gaps), filled into figures' byte fields.
   void measure(MemoryFigures* figures) const;
+  // Bytes per category that holds any, in words, for messages.
+  std::string describe_categories() const;
 
  private:
   struct Entry {

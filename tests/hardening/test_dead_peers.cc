@@ -227,13 +227,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Scenario{Phase::kBetweenSteps, Failure::kKill, 1}),
     scenario_name);
 
-// KNOWN BUG (transports/ucx, hybrid error mode): data endpoints are in UCX error mode NONE, so
-// when a peer dies while a cross-memory-attach (cma) copy with it is in flight, UCX 1.13's
-// cma_ep.c treats process_vm_readv's ESRCH as fatal and aborts the *survivor* (seen in 5 of 8
-// runs). Above, those cases run with UCX_TLS=^cma and pass; here they run with the default
-// transports. Enable (drop DISABLED_) once the transport no longer lets UCX abort:
-//   test_dead_peers --gtest_also_run_disabled_tests --gtest_filter='DISABLED_Cma*'
-INSTANTIATE_TEST_SUITE_P(DISABLED_Cma, DeadPeers,
+// With the default transports (cma included): data endpoints are in UCX error mode NONE, and
+// UCX 1.13 treated cma's process_vm_readv ESRCH against a dead peer as fatal on an endpoint
+// without an error callback, aborting the *survivor* (5 of 8 runs once). Every endpoint now
+// carries the callback (transports/ucx/ucx_transport.cc), so these run like the ones above.
+INSTANTIATE_TEST_SUITE_P(Cma, DeadPeers,
                          ::testing::Values(Scenario{Phase::kInsideCollective, Failure::kExit, 1},
                                            Scenario{Phase::kInsideCollective, Failure::kKill, 0}),
                          scenario_name);

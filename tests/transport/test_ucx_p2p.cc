@@ -182,6 +182,65 @@ TEST(UcxRegistered, SendBetweenRegisteredBuffers) {
   });
 }
 
+// Registered memory is zrt's memfd: a peer maps it from its key and sees the owner's bytes
+// (and the owner the peer's stores); once the owner is dead, mapping its key again is an error
+// naming the gone process, never a crash (UCX's rkey unpack of a dead peer's key segfaulted).
+TEST(UcxRegistered, PeerMapsMemoryAndADeadOwnersKeyIsRefused) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    std::unique_ptr<Transport> transport = make_transport(rank, size, kTimeoutMs);
+    ASSERT_NE(transport, nullptr);
+    std::unique_ptr<Bootstrap> bootstrap;
+    ASSERT_TRUE(
+        create_file_bootstrap(run_dir(), "keys", rank, size, kTimeoutMs, &bootstrap).is_ok());
+    const size_t bytes = 1 << 20;
+    void* buffer = nullptr;
+    ASSERT_TRUE(transport->alloc_registered(bytes, &buffer).is_ok());
+    auto* data = static_cast<uint8_t*>(buffer);
+    for (size_t i = 0; i < bytes; ++i) data[i] = pattern_byte(rank, 0, i);
+    std::vector<uint8_t> key;
+    ASSERT_TRUE(transport->pack_registered_key(buffer, &key).is_ok());
+    // Record: address, pid, key length, key (padded).
+    std::vector<uint8_t> mine(256, 0), all(512, 0);
+    const uint64_t header[3] = {reinterpret_cast<uintptr_t>(buffer),
+                                static_cast<uint64_t>(getpid()), key.size()};
+    ASSERT_LE(sizeof(header) + key.size(), mine.size());
+    std::memcpy(mine.data(), header, sizeof(header));
+    std::memcpy(mine.data() + sizeof(header), key.data(), key.size());
+    ASSERT_TRUE(bootstrap->allgather(mine.data(), all.data(), mine.size()).is_ok());
+    const int peer = 1 - rank;
+    uint64_t theirs[3];
+    std::memcpy(theirs, all.data() + peer * 256, sizeof(theirs));
+    const std::vector<uint8_t> peer_key(all.data() + peer * 256 + sizeof(theirs),
+                                        all.data() + peer * 256 + sizeof(theirs) + theirs[2]);
+    void* local = nullptr;
+    if (rank == 1) {
+      Status mapped = transport->map_peer_registered(peer, peer_key, theirs[0] + 64, &local);
+      ASSERT_TRUE(mapped.is_ok()) << mapped.message();
+      EXPECT_EQ(static_cast<uint8_t*>(local)[0], pattern_byte(peer, 0, 64));
+      static_cast<uint8_t*>(local)[1] = 0xab;  // the owner sees it after the barrier
+    }
+    ASSERT_TRUE(bootstrap->barrier().is_ok());
+    if (rank == 1) _exit(0);  // dies, its key in rank 0's hands
+    EXPECT_EQ(data[65], 0xab);
+    const auto exited = wait_until(
+        [&] {
+          std::ifstream stat("/proc/" + std::to_string(theirs[1]) + "/stat");
+          std::string line;
+          std::getline(stat, line);
+          return !stat || line.find(") Z") != std::string::npos;
+        },
+        std::chrono::milliseconds(10000), "the peer exits");
+    ASSERT_TRUE(exited);
+    // An exited process has closed its fds (a zombie too): the key leads nowhere.
+    const Status refused = transport->map_peer_registered(peer, peer_key, theirs[0], &local);
+    EXPECT_EQ(refused.code(), ZRT_REMOTE_ERROR) << refused.message();
+    EXPECT_NE(refused.message().find("rank 1"), std::string::npos) << refused.message();
+    std::fprintf(stderr, "mapping a dead peer's memory: %s\n", refused.message().c_str());
+    transport->free_registered(buffer);
+    transport->cancel_all(Status::error(ZRT_REMOTE_ERROR, "test over"));
+  });
+}
+
 }  // namespace
 }  // namespace zrt::testing
 

@@ -1,49 +1,108 @@
 #include "transports/ucx/ucx_memory.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include "lib/core/log.h"
+#include "lib/core/memory_probe.h"
 #include "transports/ucx/ucx_worker.h"
 
 namespace zrt {
+namespace {
+
+constexpr uint32_t kKeyMagic = 0x7a72746du;  // "zrtm"
+
+// What a peer needs to find and check the segment; fixed-size, sent as raw bytes.
+struct PackedKey {
+  uint32_t magic = kKeyMagic;
+  int32_t fd = -1;
+  int64_t pid = 0;
+  uint64_t inode = 0;
+  uint64_t length = 0;
+  uint64_t base = 0;
+  char boot_id[40] = {};
+};
+
+std::string read_boot_id() {
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(file, id);
+  return id;
+}
+
+size_t round_to_pages(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+}  // namespace
+
+UcxMemory::UcxMemory(ucp_context_h context) : context_(context), boot_id_(read_boot_id()) {}
 
 Status UcxMemory::alloc(size_t bytes, void** buffer) {
   if (buffer == nullptr) return Status::invalid_argument("alloc_registered: buffer is NULL");
   if (bytes == 0) return Status::invalid_argument("alloc_registered: bytes is 0");
-  ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  params.address = nullptr;
-  params.length = bytes;
-  params.flags = UCP_MEM_MAP_ALLOCATE;
-  ucp_mem_h memh = nullptr;
-  ucs_status_t status = ucp_mem_map(context_, &params, &memh);
-  if (status != UCS_OK) {
-    return ucx_status(status == UCS_ERR_NO_MEMORY ? ZRT_OUT_OF_MEMORY : ZRT_SYSTEM_ERROR,
-                      "ucp_mem_map(" + std::to_string(bytes) + " bytes)", status);
+  if (bytes > SIZE_MAX / 2) {
+    return Status::error(ZRT_OUT_OF_MEMORY, "alloc_registered: {} bytes is beyond any machine",
+                         bytes);
   }
-  ucp_mem_attr_t attr{};
-  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-  status = ucp_mem_query(memh, &attr);
-  if (status != UCS_OK) {
-    ucp_mem_unmap(context_, memh);
-    return ucx_status(ZRT_SYSTEM_ERROR, "ucp_mem_query", status);
-  }
-  // Touch every page once, writing so the kernel backs it with a private page now.
+  const size_t length = round_to_pages(bytes);
+  ZRT_RETURN_IF_ERROR(admit_memory("registered memory", length, MemoryPlace::kSharedAnon));
+  const int fd = memfd_create("zrt-registered", MFD_CLOEXEC);
+  if (fd < 0) return Status::system_error("alloc_registered: memfd_create", errno);
+  auto fail = [&](const char* what, int err) {
+    ::close(fd);
+    return Status(
+        err == ENOMEM || err == ENOSPC ? ZRT_OUT_OF_MEMORY : ZRT_SYSTEM_ERROR,
+        fmt::format("alloc_registered: {} of {} bytes: {}", what, length, std::strerror(err)));
+  };
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0) return fail("ftruncate", errno);
+  // Reserves the pages now: a shortage is this error, not a SIGBUS at first touch.
+  const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(length));
+  if (reserved != 0) return fail("fallocate", reserved);
+  void* address = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (address == MAP_FAILED) return fail("mmap", errno);
+  // Write-touch every page so that its page-table entry is writable now.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  volatile char* bytes_ptr = static_cast<volatile char*>(attr.address);
-  for (size_t offset = 0; offset < bytes; offset += page) bytes_ptr[offset] = 0;
+  volatile char* bytes_ptr = static_cast<volatile char*>(address);
+  for (size_t offset = 0; offset < length; offset += page) bytes_ptr[offset] = 0;
+  struct stat info {};
+  fstat(fd, &info);
+  Segment segment{fd, length, static_cast<uint64_t>(info.st_ino), nullptr};
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = address;
+  params.length = length;
+  ucs_status_t status = ucp_mem_map(context_, &params, &segment.memh);
+  if (status != UCS_OK) {
+    munmap(address, length);
+    ::close(fd);
+    return ucx_status(status == UCS_ERR_NO_MEMORY ? ZRT_OUT_OF_MEMORY : ZRT_SYSTEM_ERROR,
+                      "ucp_mem_map(" + std::to_string(length) + " bytes)", status);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    mapped_[attr.address] = memh;
+    mapped_[address] = segment;
   }
-  *buffer = attr.address;
+  *buffer = address;
   return Status::ok();
+}
+
+void UcxMemory::release(void* address, const Segment& segment) {
+  if (segment.memh != nullptr) ucp_mem_unmap(context_, segment.memh);
+  munmap(address, segment.length);
+  ::close(segment.fd);
 }
 
 void UcxMemory::free(void* buffer) {
   if (buffer == nullptr) return;
-  ucp_mem_h memh = nullptr;
+  Segment segment;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = mapped_.find(buffer);
@@ -51,15 +110,15 @@ void UcxMemory::free(void* buffer) {
       ZRT_LOG_ERROR("free_registered: {} was not allocated by this transport", buffer);
       return;
     }
-    memh = it->second;
+    segment = it->second;
     mapped_.erase(it);
   }
-  ucp_mem_unmap(context_, memh);
+  release(buffer, segment);
 }
 
 Status UcxMemory::pack_key(const void* buffer, std::vector<uint8_t>* key) {
   if (key == nullptr) return Status::invalid_argument("pack_registered_key: key is NULL");
-  ucp_mem_h memh = nullptr;
+  PackedKey packed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = mapped_.find(const_cast<void*>(buffer));
@@ -67,65 +126,109 @@ Status UcxMemory::pack_key(const void* buffer, std::vector<uint8_t>* key) {
       return Status::invalid_argument(
           "pack_registered_key: buffer {} is not the start of a registered allocation", buffer);
     }
-    memh = it->second;
+    packed.fd = it->second.fd;
+    packed.inode = it->second.inode;
+    packed.length = it->second.length;
   }
-  void* packed = nullptr;
-  size_t length = 0;
-  ucs_status_t status = ucp_rkey_pack(context_, memh, &packed, &length);
-  if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_rkey_pack", status);
-  const auto* bytes = static_cast<const uint8_t*>(packed);
-  key->assign(bytes, bytes + length);
-  ucp_rkey_buffer_release(packed);
+  packed.pid = static_cast<int64_t>(getpid());
+  packed.base = reinterpret_cast<uintptr_t>(buffer);
+  std::strncpy(packed.boot_id, boot_id_.c_str(), sizeof(packed.boot_id) - 1);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&packed);
+  key->assign(bytes, bytes + sizeof(packed));
   return Status::ok();
 }
 
-Status UcxMemory::map_peer(ucp_ep_h endpoint, const std::vector<uint8_t>& key,
-                           uint64_t remote_address, void** local) {
+Status UcxMemory::map_peer(const std::vector<uint8_t>& key, uint64_t remote_address, void** local) {
   if (local == nullptr) return Status::invalid_argument("map_peer_registered: local is NULL");
-  if (key.empty()) return Status::invalid_argument("map_peer_registered: key is empty");
-  ucp_rkey_h rkey = nullptr;
-  ucs_status_t status = ucp_ep_rkey_unpack(endpoint, key.data(), &rkey);
-  if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_ep_rkey_unpack", status);
-  void* address = nullptr;
-  status = ucp_rkey_ptr(rkey, remote_address, &address);
-  if (status != UCS_OK) {
-    ucp_rkey_destroy(rkey);
-    return ucx_status(status == UCS_ERR_UNREACHABLE ? ZRT_UNSUPPORTED : ZRT_SYSTEM_ERROR,
-                      "ucp_rkey_ptr (the peer's memory cannot be mapped here)", status);
+  PackedKey packed;
+  if (key.size() != sizeof(packed)) {
+    return Status::error(ZRT_REMOTE_ERROR, "map_peer_registered: a key of {} bytes, expected {}",
+                         key.size(), sizeof(packed));
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    peer_keys_[address] = rkey;
+  std::memcpy(&packed, key.data(), sizeof(packed));
+  packed.boot_id[sizeof(packed.boot_id) - 1] = '\0';
+  if (packed.magic != kKeyMagic) {
+    return Status::error(ZRT_REMOTE_ERROR, "map_peer_registered: the key is not a zrt memory key");
   }
-  *local = address;
+  if (boot_id_.empty() || boot_id_ != packed.boot_id) {
+    return Status::error(ZRT_UNSUPPORTED,
+                         "the peer's memory is on another host (boot id {} here, {} there)",
+                         boot_id_, packed.boot_id);
+  }
+  if (remote_address < packed.base || remote_address - packed.base >= packed.length) {
+    return Status::error(ZRT_REMOTE_ERROR,
+                         "map_peer_registered: address {:#x} is outside the peer's {}-byte "
+                         "segment at {:#x}",
+                         remote_address, packed.length, packed.base);
+  }
+  const uint64_t offset = remote_address - packed.base;
+  const std::string id = fmt::format("{}:{}", packed.pid, packed.inode);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = peers_.find(id);
+  if (found == peers_.end()) {
+    const std::string path = fmt::format("/proc/{}/fd/{}", packed.pid, packed.fd);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT || err == ESRCH) {
+        return Status::error(ZRT_REMOTE_ERROR,
+                             "the peer's process (pid {}) is gone: it died or closed its memory "
+                             "({}: {})",
+                             packed.pid, path, std::strerror(err));
+      }
+      return Status::error(ZRT_UNSUPPORTED,
+                           "cannot open the peer's memory {}: {} (another user, another pid "
+                           "namespace or a ptrace restriction)",
+                           path, std::strerror(err));
+    }
+    struct stat info {};
+    if (fstat(fd, &info) != 0 || static_cast<uint64_t>(info.st_ino) != packed.inode ||
+        static_cast<uint64_t>(info.st_size) != packed.length) {
+      ::close(fd);
+      return Status::error(ZRT_REMOTE_ERROR,
+                           "the peer's memory {} is not the segment it described (pid {} died "
+                           "and was reused, or another pid namespace)",
+                           path, packed.pid);
+    }
+    void* base = mmap(nullptr, packed.length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (base == MAP_FAILED) {
+      return Status(
+          err == ENOMEM ? ZRT_OUT_OF_MEMORY : ZRT_SYSTEM_ERROR,
+          fmt::format("mapping the peer's {}-byte memory: {}", packed.length, std::strerror(err)));
+    }
+    found = peers_.emplace(id, PeerSegment{static_cast<char*>(base), packed.length, packed.base, 0})
+                .first;
+  }
+  ++found->second.uses;
+  *local = found->second.base + offset;
   return Status::ok();
 }
 
 void UcxMemory::unmap_peer(void* local) {
   if (local == nullptr) return;
-  ucp_rkey_h rkey = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = peer_keys_.find(local);
-    if (it == peer_keys_.end()) {
-      ZRT_LOG_ERROR("unmap_peer_registered: {} is not a peer mapping", local);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, segment] : peers_) {
+    char* address = static_cast<char*>(local);
+    if (address >= segment.base && address < segment.base + segment.length) {
+      // Kept mapped (the next collective of a stream maps it again); gone at unmap_all_peers.
+      if (segment.uses > 0) --segment.uses;
       return;
     }
-    rkey = it->second;
-    peer_keys_.erase(it);
   }
-  ucp_rkey_destroy(rkey);
+  ZRT_LOG_ERROR("unmap_peer_registered: {} is not a peer mapping", local);
 }
 
 void UcxMemory::unmap_all_peers() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [address, rkey] : peer_keys_) ucp_rkey_destroy(rkey);
-  peer_keys_.clear();
+  for (auto& [id, segment] : peers_) munmap(segment.base, segment.length);
+  peers_.clear();
 }
 
 UcxMemory::~UcxMemory() {
   unmap_all_peers();
-  for (auto& [address, memh] : mapped_) ucp_mem_unmap(context_, memh);
+  for (auto& [address, segment] : mapped_) release(address, segment);
 }
 
 }  // namespace zrt

@@ -1,14 +1,28 @@
-// Registered memory: buffers UCX allocates and maps itself (ucp_mem_map with ALLOCATE), which peers
-// can reach with one-copy or zero-copy protocols (docs/ARCHITECTURE.md#measured-costs: a put into
-// such memory runs 18-34 GB/s here, into ordinary memory 0.03-8 GB/s). Every page is touched once
-// at allocation so that first-touch faults (~11 us per page here) never land on the training path.
+// Registered memory: buffers that peers on this host can map and write with plain stores
+// (docs/ARCHITECTURE.md#registered-memory; a store into mapped memory runs 18-34 GB/s here, a
+// UCX put into ordinary memory 0.03-8 GB/s) and that UCX knows (ucp_mem_map registers them).
+//
+// zrt allocates the memory itself, as a memfd (anonymous shared memory): it has no name in
+// /dev/shm, so it vanishes with the last process that maps it, even after kill -9, and it never
+// lands in a file that fills the RAM-backed /dev/shm (UCX's own ALLOCATE path fell back to a
+// file there for buffers larger than its segment). Before anything is allocated, the request is
+// admitted against the machine's memory (lib/core/memory_probe.h); fallocate reserves every page
+// (ENOMEM is an error here, not a SIGBUS when a page is first touched), and every page is then
+// mapped so that first-touch faults (~11 us per page here) never land on the training path.
+//
+// A peer maps this memory through /proc/<pid>/fd/<fd> of the owner (the same access a debugger
+// needs; UCX's posix transport used the same path). The packed key names the owner's pid, fd,
+// memfd inode and boot id, so a key from another host (ZRT_UNSUPPORTED) or from a process that
+// has died (ZRT_REMOTE_ERROR) is refused, never dereferenced.
 //
 // Thread-safe: the transport's owner may allocate from any thread while the progress thread
-// drives the worker (the context is created with mt_workers_shared; the map below has a mutex).
+// drives the worker (the context is created with mt_workers_shared; the maps below have a mutex).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -20,7 +34,7 @@ namespace zrt {
 
 class UcxMemory {
  public:
-  explicit UcxMemory(ucp_context_h context) : context_(context) {}
+  explicit UcxMemory(ucp_context_h context);
   ~UcxMemory();  // unmaps whatever was not freed
   UcxMemory(const UcxMemory&) = delete;
   UcxMemory& operator=(const UcxMemory&) = delete;
@@ -28,22 +42,35 @@ class UcxMemory {
   Status alloc(size_t bytes, void** buffer);
   void free(void* buffer);
 
-  // Windows (transport.h): the packed remote key of a buffer from alloc(), and the local address
-  // of a peer's buffer from its packed key, unpacked on `endpoint` (the data endpoint to that
-  // peer). ucp_rkey_ptr succeeds only where the memory domain can attach the peer's segment
-  // (sysv/posix shared memory on one host); anything else is ZRT_UNSUPPORTED.
+  // Windows (transport.h): the packed key of a buffer from alloc(), and the local address of a
+  // peer's buffer from its packed key. A peer's segment, once mapped, stays mapped until
+  // unmap_all_peers (a stream's window maps the same segment again and again).
   Status pack_key(const void* buffer, std::vector<uint8_t>* key);
-  Status map_peer(ucp_ep_h endpoint, const std::vector<uint8_t>& key, uint64_t remote_address,
-                  void** local);
+  Status map_peer(const std::vector<uint8_t>& key, uint64_t remote_address, void** local);
   void unmap_peer(void* local);
-  // Destroys every peer mapping; runs before the endpoints close (remote keys belong to them).
+  // Destroys every peer mapping; runs before the endpoints close.
   void unmap_all_peers();
 
  private:
+  struct Segment {
+    int fd = -1;
+    size_t length = 0;
+    uint64_t inode = 0;
+    ucp_mem_h memh = nullptr;
+  };
+  struct PeerSegment {
+    char* base = nullptr;
+    size_t length = 0;
+    uint64_t remote_base = 0;
+    size_t uses = 0;  // map_peer calls not yet undone by unmap_peer
+  };
+  void release(void* address, const Segment& segment);
+
   ucp_context_h context_;
+  std::string boot_id_;
   std::mutex mutex_;
-  std::unordered_map<void*, ucp_mem_h> mapped_;
-  std::unordered_map<void*, ucp_rkey_h> peer_keys_;  // by local address of the peer's memory
+  std::unordered_map<void*, Segment> mapped_;
+  std::unordered_map<std::string, PeerSegment> peers_;  // by (pid, inode) of the owner
 };
 
 }  // namespace zrt

@@ -39,8 +39,8 @@ class UcxTransport;
 // 2.2-3.9 GB/s here (bench_p2p). "hybrid" gets both: data moves on mode-NONE endpoints, and a
 // second, idle mode-PEER endpoint per peer (tcp, with keepalive) watches the peer's liveness; its
 // error callback fails everything outstanding with that peer. "peer" sends data on the PEER
-// endpoints (slow, no second endpoint); "none" has no watcher, so a dead peer surfaces only
-// through the engine's no-progress timeout.
+// endpoints (slow, no second endpoint); "none" has no watcher, so a dead peer surfaces through
+// an error on a data endpoint (cma notices a gone process) or the engine's no-progress timeout.
 enum class ErrorMode { kHybrid, kPeer, kNone };
 
 // The options' mode, else ZRT_UCX_ERR_MODE through the settings registry.
@@ -60,6 +60,23 @@ Status read_error_mode(const TransportOptions& options, ErrorMode* mode) {
     *mode = ErrorMode::kHybrid;
   }
   return Status::ok();
+}
+
+// What an endpoint error means for the peer, in the words a user needs. UCX reports a peer whose
+// process is gone as "Endpoint timeout" (tcp saw the connection close, or keepalive got no
+// answer) or "Connection reset" (cma found no such process): both are a dead rank here.
+const char* peer_failure_words(ucs_status_t status) {
+  switch (status) {
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return "died or closed its connection (its process exited or was killed; or it stopped "
+             "answering keepalives)";
+    case UCS_ERR_CONNECTION_RESET:
+      return "died (its process is gone)";
+    case UCS_ERR_UNREACHABLE:
+      return "is unreachable (its host or network is down)";
+    default:
+      return "failed";
+  }
 }
 
 const char* error_mode_name(ErrorMode mode) {
@@ -175,7 +192,9 @@ class UcxTransport final : public Transport {
       return Status::invalid_argument("map_peer_registered: peer {} is out of range [0, {})", peer,
                                       size_);
     }
-    return memory_->map_peer(endpoints_[peer], key, remote_address, local);
+    if (!peer_failed_[peer].is_ok()) return peer_failed_[peer];
+    return memory_->map_peer(key, remote_address, local)
+        .with_context(fmt::format("mapping rank {}'s memory", peer));
   }
   void unmap_peer_registered(void* local) override { memory_->unmap_peer(local); }
   std::string describe() const override { return description_; }
@@ -244,11 +263,13 @@ Status UcxTransport::create_endpoint(const ucp_address_t* address, int peer, boo
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = address;
   params.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-  if (peer_errors) {
-    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.err_handler.cb = endpoint_error_callback;
-    params.err_handler.arg = &slots_[peer];
-  }
+  // Every endpoint gets the callback, mode NONE too: UCX 1.13 treats a transport error on an
+  // endpoint without one as fatal (ucp_ep_set_failed answers UNSUPPORTED, and cma's
+  // process_vm_readv ESRCH against a dead peer then aborts this process); with it, the error
+  // fails that peer's operations like a watcher's report would.
+  params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.err_handler.cb = endpoint_error_callback;
+  params.err_handler.arg = &slots_[peer];
   ucs_status_t status = ucp_ep_create(worker_->worker(), &params, endpoint);
   if (status != UCS_OK) {
     *endpoint = nullptr;
@@ -449,9 +470,8 @@ void UcxTransport::release_op(UcxOp* op) {
 
 void UcxTransport::on_peer_error(int peer, ucs_status_t status) {
   if (!peer_failed_[peer].is_ok()) return;
-  peer_failed_[peer] =
-      Status::error(ZRT_REMOTE_ERROR, "{}: rank {} failed or disconnected (ucx endpoint error: {})",
-                    name_, peer, ucs_status_string(status));
+  peer_failed_[peer] = Status::error(ZRT_REMOTE_ERROR, "{}: rank {} {} (ucx: {})", name_, peer,
+                                     peer_failure_words(status), ucs_status_string(status));
   // During teardown a peer that already holds every farewell closes its side; that is no news.
   if (closing_) {
     ZRT_LOG_DEBUG("{} (during teardown)", peer_failed_[peer].message());

@@ -34,6 +34,11 @@ Status UcxWorker::create(const TransportOptions& options, std::unique_ptr<UcxWor
   // hangs without closing its sockets; UCX's 20 s default would take a third of zrt's default
   // timeout, 1 s costs one tiny message per peer per second.
   set_default(config, "KEEPALIVE_INTERVAL", "1s");
+  // UCX's posix shared memory names a file in /dev/shm and writes it through before unlinking
+  // it (uct_posix_test_mem), so a process killed in between leaves the file behind; sysv carries
+  // the same messages through segments removed as soon as they are attached (IPC_RMID), which
+  // vanish with their last process. Everything else stays UCX's choice.
+  set_default(config, "TLS", "^posix");
 
   ucp_params_t params{};
   params.field_mask =

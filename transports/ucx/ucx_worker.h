@@ -4,7 +4,9 @@
 // communicator, and only then wire a transport (see wire_ucx_transport).
 //
 // Choosing UCX's transports (this block is also the README's text):
-//   zrt lets UCX pick. Between processes of one host UCX uses shared memory (posix/sysv) for small
+//   zrt lets UCX pick, except that it leaves out posix shared memory (UCX_TLS=^posix unless
+//   UCX_TLS is set: its files in /dev/shm outlive a killed process). Between processes of one
+//   host UCX uses shared memory (sysv) for small
 //   messages and cross-memory attach (cma, one copy with process_vm_readv) for large ones; across
 //   hosts it uses RDMA (rc/dc/ud over verbs) when present, else tcp. The choice is logged at info
 //   level (ZRT_LOG=info) per communicator. To steer it:
