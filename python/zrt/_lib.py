@@ -52,9 +52,16 @@ def _load():
 
 lib, library_path = _load()
 
+# The C API for frameworks (issue 16: shapes, accumulating windows, wait_params, callback errors)
+# came in one release; its structs grew by appended fields, which this binding declares only
+# when the library has them (a struct larger than the library knows is refused).
+FRAMEWORK_API = hasattr(lib, "zrt_callback_error")
+
 # --- enums ------------------------------------------------------------------------------------
 SUCCESS, IN_PROGRESS, INVALID_ARGUMENT, INVALID_USAGE, SYSTEM_ERROR = 0, 1, 2, 3, 4
 REMOTE_ERROR, TIMEOUT, UNSUPPORTED, OUT_OF_MEMORY, INTERNAL_ERROR = 5, 6, 7, 8, 9
+CALLBACK_ERROR = 10
+MAX_DIMS = 8
 F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
 SUM, AVG, MIN, MAX, PROD = range(5)
 MEM_HOST, MEM_CUDA = 0, 1
@@ -94,14 +101,17 @@ class PartitionConfig(ctypes.Structure):
                 ("max_live_bytes", size_t), ("persistence_threshold", size_t),
                 ("alignment", size_t), ("mem_kind", ctypes.c_int),
                 ("no_sync_accumulation", ctypes.c_int), ("step_backup", ctypes.c_int),
-                ("prefetch_next_step", ctypes.c_int)]
+                ("prefetch_next_step", ctypes.c_int)] + (
+                    [("grad_accumulate", ctypes.c_int)] if FRAMEWORK_API else [])
 
 
 class ParamInfo(ctypes.Structure):
     _fields_ = [("size", size_t), ("unit", ctypes.c_int), ("numel", size_t),
                 ("flags", ctypes.c_uint32), ("resident", ctypes.c_int),
                 ("first_segment", ctypes.c_int), ("last_segment", ctypes.c_int),
-                ("segment_offset", size_t), ("view_offset", size_t)]
+                ("segment_offset", size_t), ("view_offset", size_t)] + (
+                    [("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                     ("dims", ctypes.c_int64 * MAX_DIMS)] if FRAMEWORK_API else [])
 
 
 class ShardPiece(ctypes.Structure):
@@ -191,6 +201,15 @@ _prototypes = {
     "zrt_partition_export_full": (status_t, [handle, ctypes.c_char_p, ctypes.c_int]),
     "zrt_partition_get_step": (status_t, [handle, P(ctypes.c_int64)]),
 }
+if FRAMEWORK_API:
+    _prototypes.update({
+        "zrt_callback_error": (status_t, [ctypes.c_char_p]),
+        "zrt_partition_add_param_shaped": (status_t, [handle, ctypes.c_int, ctypes.c_char_p,
+                                                      ctypes.c_int, P(ctypes.c_int64),
+                                                      ctypes.c_int, ctypes.c_uint32,
+                                                      P(ctypes.c_int)]),
+        "zrt_partition_wait_params": (status_t, [handle]),
+    })
 for _name, (_restype, _argtypes) in _prototypes.items():
     _function = getattr(lib, _name)
     _function.restype = _restype

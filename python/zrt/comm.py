@@ -7,7 +7,7 @@ zrt_comm_init_oob, so a job that already has a torch group needs no store of zrt
 import ctypes
 
 from . import _lib
-from .errors import call
+from .errors import call, callback_failed
 
 
 def _config(timeout_s=None, name=None):
@@ -69,7 +69,7 @@ class Comm:
                 return _lib.SUCCESS
             except Exception as error:  # reported through the status, never through ctypes
                 failures.append(error)
-                return _lib.REMOTE_ERROR
+                return callback_failed(error)
 
         oob = _lib.Oob()
         call("zrt_oob_init", ctypes.byref(oob), ctypes.sizeof(oob))

@@ -4,7 +4,7 @@ from . import _lib
 
 _NAMES = {0: "SUCCESS", 1: "IN_PROGRESS", 2: "INVALID_ARGUMENT", 3: "INVALID_USAGE",
           4: "SYSTEM_ERROR", 5: "REMOTE_ERROR", 6: "TIMEOUT", 7: "UNSUPPORTED",
-          8: "OUT_OF_MEMORY", 9: "INTERNAL_ERROR"}
+          8: "OUT_OF_MEMORY", 9: "INTERNAL_ERROR", 10: "CALLBACK_ERROR"}
 
 
 def status_name(status):
@@ -33,3 +33,13 @@ def check(function, status):
 def call(name, *args):
     """Calls the C function `name` and raises on failure."""
     check(name, getattr(_lib.lib, name)(*args))
+
+
+def callback_failed(error):
+    """What a zrt callback returns for a Python exception (one must never cross ctypes): the
+    exception's text as the callback's message (zrt_callback_error, which zrt shows with the
+    failing rank on every rank), or ZRT_INTERNAL_ERROR from a library without it."""
+    text = f"{type(error).__name__}: {error}".encode(errors="replace")
+    if _lib.FRAMEWORK_API:
+        return _lib.lib.zrt_callback_error(text)
+    return _lib.INTERNAL_ERROR

@@ -45,6 +45,25 @@ class Partition:
              ctypes.byref(param))
         return param.value
 
+    def add_param_shaped(self, unit, name, shape, dtype, flags=_lib.PARAM_DEFAULT):
+        """With its shape and the framework's dtype (needs the framework API; else add_param
+        with the element count)."""
+        if not _lib.FRAMEWORK_API:
+            numel = 1
+            for dim in shape:
+                numel *= dim
+            return self.add_param(unit, name, numel, flags)
+        param = ctypes.c_int()
+        dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        call("zrt_partition_add_param_shaped", self.handle, unit, name.encode(), len(shape), dims,
+             dtype, flags, ctypes.byref(param))
+        return param.value
+
+    def wait_params(self):
+        """Waits until the parameters the last step published have landed (stages 1/2); with a
+        library without the call, fetching units does it (see zrt.torch)."""
+        call("zrt_partition_wait_params", self.handle)
+
     def finalize(self):
         call("zrt_partition_finalize", self.handle)
 

@@ -13,19 +13,10 @@ import os
 import torch
 
 from .. import _lib
-from ..errors import ZrtError, status_name
+from ..errors import ZrtError, callback_failed, status_name
 from ._memory import tensor_at
 
 _LAYOUT_FILE = "zrt_torch_optimizer.json"
-
-
-def _callback_failed(error):
-    """The status an optimizer callback returns for a Python exception, with its message set
-    where this libzrt can carry it (zrt_callback_error_set; else ZRT_INTERNAL_ERROR)."""
-    text = f"{type(error).__name__}: {error}".encode(errors="replace")
-    if _lib.has("zrt_set_callback_error"):
-        return _lib.lib.zrt_set_callback_error(text)
-    return _lib.INTERNAL_ERROR
 
 
 class Optimizer:
@@ -82,7 +73,7 @@ class Optimizer:
             return _lib.SUCCESS
         except BaseException as error:  # an exception must never cross ctypes
             self._error = error
-            return _callback_failed(error)
+            return callback_failed(error)
 
     def _run(self, args):
         scale = self.sharded._grad_scale

@@ -102,7 +102,15 @@ class ShardedModel:
     def _build_units(self, units):
         model = self.model
         if units is None:
-            modules = [m for m in model.children() if any(True for _ in m.parameters())]
+            modules = []
+            for child in model.children():
+                # Containers without a forward of their own (ModuleList, ModuleDict) never run
+                # hooks: their children are the units.
+                if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+                    modules.extend(child.children())
+                else:
+                    modules.append(child)
+            modules = [m for m in modules if any(True for _ in m.parameters())]
         else:
             modules = list(units)
         names = {id(m): n for n, m in model.named_modules()}
@@ -146,6 +154,8 @@ class ShardedModel:
                       no_sync_accumulation=int(c.no_sync_accumulation),
                       step_backup=int(c.step_backup),
                       prefetch_next_step=int(c.prefetch_next_step))
+        if _lib.FRAMEWORK_API:
+            fields["grad_accumulate"] = 1  # autograd adds into .grad, the window itself
         for name in ("bucket_bytes", "prefetch_depth", "prefetch_bytes", "max_live_bytes",
                      "persistence_threshold", "alignment"):
             value = getattr(c, name)
@@ -161,7 +171,8 @@ class ShardedModel:
                 flags = _lib.PARAM_DEFAULT if p.trainable else _lib.PARAM_FROZEN
                 if unit is self.root and p.trainable:
                     flags = _lib.PARAM_UNSHARDED  # used all through forward and backward
-                index = self.pm.add_param(unit.index, p.name, p.tensor.numel(), flags)
+                index = self.pm.add_param_shaped(unit.index, p.name, p.shape,
+                                                 zrt_dtype(p.tensor.dtype, p.name), flags)
                 assert index == p.index
 
     def _load_initial_values(self):
@@ -308,9 +319,9 @@ class ShardedModel:
 
     @property
     def _accumulating_windows(self):
-        # zrt hands out zeroed windows when the framework accumulates (zrt.h,
-        # accumulate_gradients); older libraries overwrite, so the binding zeroes them.
-        return getattr(self.pm.config, "accumulate_grads", 0) == 1
+        # zrt hands out zeroed windows when the framework accumulates (grad_accumulate);
+        # a library without the mode hands out windows to overwrite, which the binding zeroes.
+        return getattr(self.pm.config, "grad_accumulate", 0) == 1
 
     # --- between steps -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -333,18 +344,23 @@ class ShardedModel:
 
     _grad_scale = None
 
-    def _wait_params(self):
-        """Every parameter holds this step's values (stages 1/2 publish them in the background
-        after a step: fetching each unit waits for them)."""
-        for unit in self.units:
-            if not unit.fetched:
-                self._fetch(unit)
-                self._release(unit)
+    def wait_params(self):
+        """Every resident parameter holds this step's values from now until the next step
+        (stages 1/2 publish them in the background after a step), so that they can be read
+        at any time: evaluation, state_dict."""
+        if _lib.FRAMEWORK_API:
+            self.pm.wait_params()
+        else:  # a library without zrt_partition_wait_params: a fetch waits for its unit
+            for unit in self.units:
+                if not unit.fetched:
+                    self._fetch(unit)
+                    self._release(unit)
 
     def state_dict(self):
         """The full parameters as copies, by the model's parameter names, in param_dtype. Call
         between steps, on every rank (stage 3 gathers each unit)."""
         out = {}
+        self.wait_params()
         for unit in self.units:
             was_fetched = unit.fetched
             self._fetch(unit)
