@@ -29,6 +29,8 @@ parser.add_argument("--no-sync", action="store_true", help="all but the last wit
 parser.add_argument("--save", default=None, help="zrt checkpoint folder after the steps")
 parser.add_argument("--resume", default=None, help="zrt checkpoint folder to start from")
 parser.add_argument("--no-ddp", action="store_true")
+parser.add_argument("--dump-loaded", action="store_true", help="write the parameters after load")
+parser.add_argument("--prefetch-depth", type=int, default=None)
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -49,12 +51,17 @@ reference = models.make(args.model)
 param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
 config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
                         bucket_bytes=4096, no_sync_accumulation=args.no_sync,
+                        prefetch_depth=args.prefetch_depth,
                         optimizer_slots=1 if args.optimizer == "sgd" else 2)
 units = None
 sharded = zt.shard(model, stage=args.stage, units=units, config=config)
 opt = zt.Optimizer(sharded, make_opt)
 if args.resume:
     sharded.load(args.resume)
+    if args.dump_loaded:
+        loaded = {k: v.float() for k, v in sharded.state_dict().items()}
+        if rank == 0:
+            torch.save(loaded, args.out + ".loaded.pt")
 model.checkpointing = args.checkpointing
 
 
