@@ -18,6 +18,7 @@
 #include "lib/engine/arena_backend.h"
 #include "lib/engine/element_ops.h"
 #include "lib/engine/engine.h"
+#include "lib/engine/mapped_window.h"
 
 namespace zrt {
 
@@ -71,6 +72,10 @@ class DeviceContext {
   // ordered without host synchronisation).
   virtual Status create_arena_backend(std::unique_ptr<ArenaBackend>* backend) = 0;
   virtual Status create_element_ops(std::unique_ptr<ElementOps>* ops) = 0;
+  // A partition manager's stage 3 gather window with a fixed device address per unit, through
+  // the CUDA virtual memory API (transports/nccl/device_mapped_window.h).
+  virtual Status create_mapped_window(const MappedWindowSpec& spec,
+                                      std::unique_ptr<MappedWindow>* window) = 0;
 
   // ncclCommSplit (collective over this context's ranks). *child stays null for NOCOLOR.
   virtual Status split(int color, int key, const DeviceContextOptions& child_options,

@@ -31,7 +31,7 @@ Arena::~Arena() {
   if (block_ != nullptr) backend_->free(block_);
 }
 
-size_t Arena::plan(size_t bytes, MemoryCategory category) {
+size_t Arena::grow() {
   if (entry_count_ == entry_capacity_) {
     const size_t capacity = entry_capacity_ == 0 ? 32 : entry_capacity_ * 2;
     auto grown = std::make_unique<Entry[]>(capacity);
@@ -39,9 +39,18 @@ size_t Arena::plan(size_t bytes, MemoryCategory category) {
     entries_ = std::move(grown);
     entry_capacity_ = capacity;
   }
-  entries_[entry_count_] = Entry{total_, bytes, category};
-  total_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
   return entry_count_++;
+}
+
+size_t Arena::plan(size_t bytes, MemoryCategory category) {
+  const size_t handle = grow();
+  entries_[handle] = Entry{total_, bytes, category, false};
+  total_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  return handle;
+}
+
+void Arena::count_external(size_t bytes, MemoryCategory category) {
+  entries_[grow()] = Entry{0, bytes, category, true};
 }
 
 Status Arena::commit() {
@@ -56,7 +65,7 @@ Status Arena::commit() {
 }
 
 void* Arena::address(size_t handle) const {
-  if (entries_[handle].bytes == 0) return nullptr;
+  if (entries_[handle].bytes == 0 || entries_[handle].external) return nullptr;
   return static_cast<char*>(block_) + entries_[handle].offset;
 }
 

@@ -46,6 +46,9 @@ class Arena {
 
   // Plans a buffer of `bytes`; its address is known after commit(). Returns a handle index.
   size_t plan(size_t bytes, MemoryCategory category);
+  // Counts `bytes` of `category` that live outside the block (the stage 3 gather window's own
+  // mapping, mapped_window.h), so that measure() still reports them; nothing is carved.
+  void count_external(size_t bytes, MemoryCategory category);
   // Allocates the block and fixes every planned buffer's address.
   Status commit();
   void* address(size_t handle) const;
@@ -58,6 +61,7 @@ class Arena {
     size_t offset = 0;
     size_t bytes = 0;
     MemoryCategory category = MemoryCategory::kFullParams;
+    bool external = false;
   };
   std::unique_ptr<ArenaBackend> backend_;
   std::unique_ptr<Entry[]> entries_;
@@ -65,6 +69,7 @@ class Arena {
   size_t entry_capacity_ = 0;
   size_t total_ = 0;
   void* block_ = nullptr;
+  size_t grow();
 };
 
 }  // namespace zrt

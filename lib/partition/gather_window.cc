@@ -5,6 +5,7 @@
 #include "collectives/collectives.h"
 #include "lib/core/log.h"
 #include "lib/engine/engine.h"
+#include "lib/engine/mapped_window.h"
 
 namespace zrt {
 
@@ -23,6 +24,7 @@ std::vector<uint64_t> unit_gather_bytes(const PartitionContext& ctx) {
 GatherWindow::GatherWindow(const PartitionContext& ctx)
     : ctx_(ctx),
       fetched_(ctx.layout.units().size(), 0),
+      mapped_(ctx.layout.units().size(), 0),
       slots_(static_cast<int>(ctx.streams.slot_events.size()), unit_gather_bytes(ctx)),
       order_(static_cast<int>(ctx.layout.units().size())),
       shard_stale_(ctx.layout.segments().size(), 0) {}
@@ -34,10 +36,22 @@ int GatherWindow::first_fetched() const {
   return -1;
 }
 
+char* GatherWindow::slot_address(int slot) const {
+  MappedWindow* mapped = ctx_.buffers.mapped_window;
+  if (mapped != nullptr) return mapped->slot_address(slot);
+  return ctx_.buffers.window + static_cast<size_t>(slot) * ctx_.buffers.slot_bytes;
+}
+
 char* GatherWindow::unit_view(int unit) const {
   const int slot = slots_.slot_of(unit);
   if (!fetched_[unit] || slot < 0) return nullptr;
-  return ctx_.buffers.window + static_cast<size_t>(slot) * ctx_.buffers.slot_bytes;
+  MappedWindow* mapped = ctx_.buffers.mapped_window;
+  return mapped != nullptr ? mapped->unit_address(unit) : slot_address(slot);
+}
+
+char* GatherWindow::unit_address(int unit) const {
+  MappedWindow* mapped = ctx_.buffers.mapped_window;
+  return mapped != nullptr ? mapped->unit_address(unit) : nullptr;
 }
 
 void GatherWindow::update_peaks() {
@@ -87,11 +101,16 @@ Status GatherWindow::gather_into_slot(int unit, int slot, bool prefetch, bool ag
     ZRT_RETURN_IF_ERROR(
         convert_shard_segment(segment_index).with_context(fmt::format("gathering unit {}", unit)));
   }
+  MappedWindow* mapped = ctx_.buffers.mapped_window;
+  if (mapped != nullptr) {
+    ZRT_RETURN_IF_ERROR(
+        mapped->prepare_gather(slot).with_context(fmt::format("gathering unit {}", unit)));
+  }
   Stream& ag = *ctx_.streams.ag;
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;
   args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_shard, segment.shard_offset);
-  args.recvbuf = ctx_.buffers.window + static_cast<size_t>(slot) * ctx_.buffers.slot_bytes;
+  args.recvbuf = slot_address(slot);
   args.count = segment.slice;
   args.dtype = ctx_.options.param_dtype;
   args.purpose = Purpose::kUnit;
@@ -172,8 +191,17 @@ Status GatherWindow::fetch_into_window(int unit) {
     ZRT_RETURN_IF_ERROR(gather_into_slot(unit, slot, /*prefetch=*/false));
   }
   prefetch_after(unit);
-  return ctx_.streams.slot_events[slot]->synchronize().with_context(
-      fmt::format("fetching unit {}", unit));
+  ZRT_RETURN_IF_ERROR(ctx_.streams.slot_events[slot]->synchronize().with_context(
+      fmt::format("fetching unit {}", unit)));
+  // The unit's own address shows the slot only now, while it is fetched: the slot's memory is
+  // the window's, the address the unit's for the manager's life.
+  MappedWindow* mapped = ctx_.buffers.mapped_window;
+  if (mapped != nullptr) {
+    ZRT_RETURN_IF_ERROR(
+        mapped->map(unit, slot).with_context(fmt::format("fetching unit {}", unit)));
+    mapped_[unit] = 1;
+  }
+  return Status::ok();
 }
 
 Status GatherWindow::fetch(int unit) {
@@ -201,9 +229,13 @@ Status GatherWindow::fetch(int unit) {
   return Status::ok();
 }
 
-void GatherWindow::release(int unit) {
+Status GatherWindow::release(int unit) {
   fetched_[unit] = 0;
   slots_.release(unit);
+  if (!mapped_[unit]) return Status::ok();
+  mapped_[unit] = 0;
+  return ctx_.buffers.mapped_window->unmap(unit).with_context(
+      fmt::format("releasing unit {}", unit));
 }
 
 Status GatherWindow::publish() {

@@ -26,6 +26,14 @@
 // a framework that trains on keeps the gather of the step's first unit off its critical path,
 // at the price of one unused gather after its last step.
 //
+// Every unit has an address of its own, fixed for the manager's life (mapped_window.h): the
+// gathers write the slots through the slots' addresses, and fetch(u) maps u's slot at u's
+// address once its gather is done; release(u) unmaps it. So the pointers param_data hands out
+// never change, a pointer kept across a release reads the unit's values again once it is
+// fetched, and in between reading it faults instead of showing another unit's parameters. A
+// second copy gathered ahead goes into another slot through that slot's address while the
+// first is still mapped at the unit's; the next fetch maps the second.
+//
 // A fetch that departs from the recorded order logs a warning: a wrong guess costs a wasted
 // gather (evicted unused when its slot is needed), never a hang or wrong data, because a
 // demanded unit is always gathered on demand when it is not in the window.
@@ -65,9 +73,14 @@ class GatherWindow {
 
   // Makes `unit`'s parameters available (the caller checked it is not fetched).
   Status fetch(int unit);
-  void release(int unit);
-  // Stage 3: where a fetched unit's segment sits in the window; null when it has no slot.
+  // Stage 3: the unit's address stops showing its slot (a read of it faults).
+  Status release(int unit);
+  // Stage 3: where a fetched unit's segment is seen (its own address); null when it has no
+  // slot.
   char* unit_view(int unit) const;
+  // Stage 3: the unit's address, fixed for the manager's life, fetched or not; null when it has
+  // no segment, and on the slot-address path.
+  char* unit_address(int unit) const;
 
   // Drops every copy not fetched: its parameters are about to change.
   void forget();
@@ -89,6 +102,7 @@ class GatherWindow {
 
  private:
   Status fetch_into_window(int unit);
+  char* slot_address(int slot) const;  // where gathers write the slot
   // again: a second copy of a fetched unit, which release makes its copy.
   Status gather_into_slot(int unit, int slot, bool prefetch, bool again = false);
   // Gathers ahead of a fetch of `unit` (-1: before the step's first fetch), in the expected
@@ -100,6 +114,7 @@ class GatherWindow {
 
   const PartitionContext& ctx_;
   std::vector<uint8_t> fetched_;  // per unit
+  std::vector<uint8_t> mapped_;   // per unit: its address shows its slot (mapped_window.h)
   WindowSlots slots_;
   FetchOrder order_;
   // Stage 3, per segment: the parameter shard still holds the parameters before the last step.

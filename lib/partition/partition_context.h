@@ -20,6 +20,7 @@ namespace zrt {
 class Communicator;
 class Stream;
 class Event;
+class MappedWindow;
 
 // The flat buffers (null when the stage has none).
 struct PartitionBuffers {
@@ -32,8 +33,12 @@ struct PartitionBuffers {
   std::vector<float*> state;
   std::vector<char*> buckets;
   char* persistent_bucket = nullptr;
-  char* window = nullptr;  // stage 3 gather window: window_slots slots of slot_bytes
+  // Stage 3 gather window: window_slots slots of slot_bytes, in the arena (slot addresses, the
+  // old path bench_overlap compares against), or in `mapped_window` (every unit at an address
+  // of its own; window and slot_bytes stay unset, the window knows its slots' addresses).
+  char* window = nullptr;
   size_t slot_bytes = 0;
+  MappedWindow* mapped_window = nullptr;
   // The framework's gradient staging windows (one, or two that alternate).
   std::vector<char*> grad_windows;
   float* optimizer_grad = nullptr;

@@ -203,8 +203,7 @@ Status PartitionManager::release(int unit) {
     return Status::invalid_usage("unit {} (\"{}\") is not fetched, so it cannot be released", unit,
                                  unit_specs_[unit].name);
   }
-  window_->release(unit);
-  return Status::ok();
+  return window_->release(unit);
 }
 
 Status PartitionManager::param_data(int param, void** data) const {
@@ -217,7 +216,10 @@ Status PartitionManager::param_data(int param, void** data) const {
   } else if (!ctx_.policy.shards_params() || loc.place == ParamPlace::kPersistent) {
     *data = ctx_.param_ptr(buf.full_params, loc.view_offset);
   } else {
-    char* view = window_->unit_view(loc.unit);
+    // Stage 3: the unit's own address, fixed whether it is fetched or not (its data is there
+    // only while it is); on the slot-address path (bench only) where its slot is, if fetched.
+    char* view = window_->unit_address(loc.unit);
+    if (view == nullptr) view = window_->unit_view(loc.unit);
     if (view == nullptr) {
       return Status::invalid_usage("param {} (\"{}\"): its unit {} is not fetched", param,
                                    param_specs_[param].name, loc.unit);

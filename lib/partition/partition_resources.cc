@@ -1,10 +1,22 @@
 #include "lib/partition/partition_resources.h"
 
+#include <atomic>
+
 #include "lib/comm/communicator.h"
 #include "lib/engine/device.h"
 #include "lib/engine/engine.h"
+#include "lib/partition/host_mapped_window.h"
 
 namespace zrt {
+namespace {
+
+std::atomic<bool> stable_addresses{true};
+
+}  // namespace
+
+void PartitionResources::set_stable_addresses_for_bench(bool stable) {
+  stable_addresses.store(stable);
+}
 
 Status PartitionResources::setup(PartitionContext& ctx) {
   ctx.on_device = device_ != nullptr;
@@ -48,8 +60,14 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   }
   const size_t h_pbucket = a.plan(b.persistent_bucket * g_size, MemoryCategory::kBuckets);
   const size_t slot_bytes = b.window_slot_numel * p_size;
-  const size_t h_window =
-      a.plan(slot_bytes * static_cast<size_t>(b.window_slots), MemoryCategory::kGatherWindow);
+  const size_t window_bytes = slot_bytes * static_cast<size_t>(b.window_slots);
+  const bool mapped = window_bytes > 0 && stable_addresses.load();
+  size_t h_window = 0;
+  if (mapped) {
+    a.count_external(window_bytes, MemoryCategory::kGatherWindow);
+  } else {
+    h_window = a.plan(window_bytes, MemoryCategory::kGatherWindow);
+  }
   std::vector<size_t> h_gwindows;
   for (int i = 0; i < b.grad_windows; ++i) {
     h_gwindows.push_back(a.plan(b.grad_window * p_size, MemoryCategory::kGradStaging));
@@ -73,12 +91,31 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   for (size_t h : h_state) buf.state.push_back(static_cast<float*>(a.address(h)));
   for (size_t h : h_buckets) buf.buckets.push_back(static_cast<char*>(a.address(h)));
   buf.persistent_bucket = static_cast<char*>(a.address(h_pbucket));
-  buf.window = static_cast<char*>(a.address(h_window));
-  buf.slot_bytes = slot_bytes;
+  if (!mapped) {
+    buf.window = static_cast<char*>(a.address(h_window));
+    buf.slot_bytes = slot_bytes;
+  }
   for (size_t h : h_gwindows) buf.grad_windows.push_back(static_cast<char*>(a.address(h)));
   buf.optimizer_grad = static_cast<float*>(a.address(h_ograd));
   buf.backup_master = static_cast<float*>(a.address(h_bmaster));
   for (size_t h : h_bstate) buf.backup_state.push_back(static_cast<float*>(a.address(h)));
+  return mapped ? create_mapped_window(ctx) : Status::ok();
+}
+
+Status PartitionResources::create_mapped_window(PartitionContext& ctx) {
+  MappedWindowSpec spec;
+  spec.slots = ctx.plan.window_slots;
+  spec.slot_bytes = ctx.plan.window_slot_numel * ctx.p_size;
+  for (const UnitLayout& unit : ctx.layout.units()) {
+    spec.unit_bytes.push_back(
+        unit.segment < 0 ? 0 : ctx.layout.segments()[unit.segment].numel * ctx.p_size);
+  }
+  if (device_ != nullptr) {
+    ZRT_RETURN_IF_ERROR(device_->create_mapped_window(spec, &mapped_window_));
+  } else {
+    ZRT_RETURN_IF_ERROR(create_host_mapped_window(spec, &mapped_window_));
+  }
+  ctx.buffers.mapped_window = mapped_window_.get();
   return Status::ok();
 }
 
@@ -186,6 +223,8 @@ Status PartitionResources::release(PartitionContext& ctx) {
   s.persistent_event = nullptr;
   if (ops_ != nullptr) keep(ops_->bind(nullptr));  // a device op's failure not reported yet
   ctx.ops = nullptr;
+  ctx.buffers.mapped_window = nullptr;
+  mapped_window_.reset();
   arena_.reset();
   ops_.reset();
   return first;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/engine/mapped_window.h"
 #include "lib/partition/arena.h"
 #include "lib/partition/element_ops.h"
 #include "lib/partition/partition_context.h"
@@ -30,6 +31,11 @@ class PartitionResources {
   void set_device_context(std::shared_ptr<DeviceContext> device) { device_ = std::move(device); }
   bool on_device() const { return device_ != nullptr; }
 
+  // Stage 3's units at fixed addresses (mapped_window.h), the default; false: at their slots'
+  // addresses, which change from fetch to fetch. Process-wide, read at setup. Only for
+  // bench_overlap, which times the two side by side.
+  static void set_stable_addresses_for_bench(bool stable);
+
   // Needs ctx.layout and ctx.plan; fills ctx.buffers, ctx.streams and ctx.ops.
   Status setup(PartitionContext& ctx);
   // Waits for pending work and frees streams, events and the arena; the first failure.
@@ -39,11 +45,13 @@ class PartitionResources {
 
  private:
   Status allocate_buffers(PartitionContext& ctx);
+  Status create_mapped_window(PartitionContext& ctx);
   Status create_streams(PartitionContext& ctx);
   Status create_device_streams(PartitionContext& ctx);
   Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
 
   std::unique_ptr<Arena> arena_;
+  std::unique_ptr<MappedWindow> mapped_window_;  // stage 3 with stable addresses
   std::unique_ptr<ElementOps> ops_;
   std::shared_ptr<DeviceContext> device_;                // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here

@@ -111,7 +111,7 @@ void gather_window_body(int rank, int /*size*/) {
       for (size_t j = 0; j < ctx.layout.segments()[s].numel; ++j) {
         ASSERT_EQ(view[j], static_cast<float>(1000 * s + j)) << "unit " << u << " element " << j;
       }
-      window.release(u);
+      ASSERT_OK(window.release(u));
       EXPECT_FALSE(window.is_fetched(u));
       EXPECT_EQ(window.unit_view(u), nullptr);
     }
@@ -130,7 +130,7 @@ void gather_window_body(int rank, int /*size*/) {
     ASSERT_OK(window.fetch(2));
     EXPECT_TRUE(window.stats().order_invalidated);
     EXPECT_EQ(window.first_fetched(), 2);
-    window.release(2);
+    ASSERT_OK(window.release(2));
   }
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
@@ -226,7 +226,7 @@ void step_transaction_body(int rank, int size) {
         ASSERT_EQ(full[loc.view_offset + i], want) << "param " << p << " element " << i;
       }
     }
-    for (int u = 0; u < kUnits; ++u) parts.window->release(u);
+    for (int u = 0; u < kUnits; ++u) ASSERT_OK(parts.window->release(u));
 
     // A step whose optimizer fails on the last rank: every rank restores master from the backup.
     const std::vector<float> before(ctx.buffers.master, ctx.buffers.master + count);
@@ -234,7 +234,7 @@ void step_transaction_body(int rank, int size) {
       ASSERT_OK(parts.window->fetch(u));
       step.on_fetch();  // a share of the backup behind each fetch
     }
-    for (int u = 0; u < kUnits; ++u) parts.window->release(u);
+    for (int u = 0; u < kUnits; ++u) ASSERT_OK(parts.window->release(u));
     backward(parts);
     Sgd failing{size - 1, rank};
     const Status failed = step.step(sgd, &failing);

@@ -9,6 +9,7 @@
 #include "transports/nccl/cuda_stream.h"
 #include "transports/nccl/device_arena.h"
 #include "transports/nccl/device_element_ops.h"
+#include "transports/nccl/device_mapped_window.h"
 #include "transports/nccl/device_probe.h"
 #include "transports/nccl/nccl_comm.h"
 
@@ -65,6 +66,12 @@ class NcclDeviceContext final : public DeviceContext {
 
   Status create_element_ops(std::unique_ptr<ElementOps>* ops) override {
     return create_device_element_ops(device(), ops);
+  }
+
+  Status create_mapped_window(const MappedWindowSpec& spec,
+                              std::unique_ptr<MappedWindow>* window) override {
+    return create_device_mapped_window(device(), resources_.nccl->options().timeout_ms, spec,
+                                       window);
   }
 
   Status split(int color, int key, const DeviceContextOptions& child_options,
