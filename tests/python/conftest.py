@@ -45,16 +45,27 @@ def launch(ranks, script, *args, timeout=240, check=True, env=None):
     return result
 
 
-def run_ddp(tmp_path, ranks, *args, name="run"):
-    """One worker_ddp.py job; returns (JSON result, zrt params, DDP params or None)."""
+def run_ddp_stages(tmp_path, ranks, stages, *args, name="run"):
+    """One worker_ddp.py job over several stages; returns {stage: (JSON result, zrt params,
+    DDP params or None)}."""
     import torch
 
     out = tmp_path / f"{name}.json"
-    launch(ranks, "worker_ddp.py", *args, "--out", out)
-    result = json.loads(out.read_text())
-    ddp = out.with_name(out.name + ".ddp.pt")
-    return (result, torch.load(str(out) + ".zrt.pt"),
-            torch.load(str(ddp)) if ddp.exists() else None)
+    launch(ranks, "worker_ddp.py", "--stage", ",".join(str(s) for s in stages), *args,
+           "--out", out)
+    results = json.loads(out.read_text())
+    every = {}
+    for stage in stages:
+        prefix = f"{out}.{stage}"
+        ddp = prefix + ".ddp.pt"
+        every[stage] = (results[str(stage)], torch.load(prefix + ".zrt.pt"),
+                        torch.load(ddp) if os.path.exists(ddp) else None)
+    return every
+
+
+def run_ddp(tmp_path, ranks, *args, stage=2, name="run"):
+    """One worker_ddp.py job at one stage; returns (JSON result, zrt params, DDP params)."""
+    return run_ddp_stages(tmp_path, ranks, [stage], *args, name=name)[stage]
 
 
 def free_port():

@@ -2,8 +2,9 @@
 
 Run under zrt-run (tests/python/test_ddp.py does): torch's default init_process_group uses
 MASTER_PORT and zrt its own store (ZRT_STORE_PORT), so both meet without extra variables.
-Both train the same model from the same seed on the same batches, step by step alternately;
-rank 0 writes the loss curves and final parameters as JSON (and the parameters as a .pt).
+For each stage asked for, both train the same model from the same seed on the same batches,
+step by step alternately; rank 0 writes, per stage, the loss curves and the final parameters
+(JSON, and .pt files of the parameters).
 """
 import argparse
 import json
@@ -19,7 +20,7 @@ import zrt.torch as zt  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="mlp")
-parser.add_argument("--stage", type=int, default=2)
+parser.add_argument("--stage", default="2", help="stages, comma-separated: one run each")
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--dtype", default="f32")
 parser.add_argument("--optimizer", default="adamw")
@@ -39,33 +40,13 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 
 
-def optimizer(params):
+def make_opt(params):
     if args.optimizer == "sgd":
-        return lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
-    return lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01)
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01)
 
 
-make_opt = optimizer(None)
-model = models.make(args.model)
-reference = models.make(args.model)
-param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
-config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
-                        bucket_bytes=4096, no_sync_accumulation=args.no_sync,
-                        prefetch_depth=args.prefetch_depth,
-                        optimizer_slots=1 if args.optimizer == "sgd" else 2)
-units = None
-sharded = zt.shard(model, stage=args.stage, units=units, config=config)
-opt = zt.Optimizer(sharded, make_opt)
-if args.resume:
-    sharded.load(args.resume)
-    if args.dump_loaded:
-        loaded = {k: v.float() for k, v in sharded.state_dict().items()}
-        if rank == 0:
-            torch.save(loaded, args.out + ".loaded.pt")
-model.checkpointing = args.checkpointing
-
-
-def zrt_owners():
+def zrt_owners(sharded):
     """Which rank owns each element in zrt's layout, by parameter name."""
     mine = [(p.param, p.param_offset, p.count) for p in sharded.pm.shard_pieces()]
     every = [None] * world
@@ -78,18 +59,19 @@ def zrt_owners():
     return owners
 
 
-def zrt_order_hook(owner_of, bucket):
+def zrt_order_hook(state, bucket):
     """Averages with zrt's arithmetic, so that DDP can be compared bit for bit at N > 2 (float
     addition is not associative: with 3 ranks gloo's ring and zrt's associate the three terms
     differently). Stages 2/3 (reduce-scatter AVG): each gradient times 1/N in f32, summed for
     the elements rank b owns in ring order b+1, b+2, ..., b. Stage 1 (reduce-scatter SUM, then
     1/N): the same sum of unscaled gradients, then times 1/N. Stage 0 (all-reduce AVG of a small
     bucket, the direct algorithm): scaled gradients summed in rank order 0, 1, ..., N-1."""
+    stage, owner_of = state
     grads = bucket.buffer()
     scale = 1.0 / world
     parts = [torch.empty_like(grads) for _ in range(world)]
-    dist.all_gather(parts, grads if args.stage == 1 else grads * scale)
-    if args.stage == 0:
+    dist.all_gather(parts, grads if stage == 1 else grads * scale)
+    if stage == 0:
         out = parts[0]
         for k in range(1, world):
             out = out + parts[k]
@@ -101,68 +83,89 @@ def zrt_order_hook(owner_of, bucket):
             for k in range(2, world + 1):
                 acc = acc + parts[(b + k) % world]
             out = torch.where(owner == b, acc, out)
-        if args.stage == 1:
+        if stage == 1:
             out = out * scale
     future = torch.futures.Future()
     future.set_result(out)
     return future
 
 
-if not args.no_ddp:
-    ddp = torch.nn.parallel.DistributedDataParallel(reference)
-    if world > 2:
-        by_name = zrt_owners()
-        owner_of = {id(p): by_name[n] for n, p in reference.named_parameters()}
-        ddp.register_comm_hook(owner_of, zrt_order_hook)
-    ddp_opt = make_opt(ddp.parameters())
-
-in_dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-start = sharded.pm.get_step()
-zrt_losses, ddp_losses = [], []
-for step in range(start, start + args.steps):
+def train(forward, sync_off, step, in_dtype):
+    """One optimizer step's micro-batches; returns this rank's loss of the step."""
     total = 0.0
     for micro in range(args.accum):
         x, y = models.batch(args.model, step * args.accum + micro, world, rank, in_dtype)
         last = micro == args.accum - 1
-        if args.no_sync and not last:
-            with sharded.no_sync():
-                loss = models.loss_of(args.model, model(x), y) / args.accum
-                loss.backward()
-        else:
-            loss = models.loss_of(args.model, model(x), y) / args.accum
+        with sync_off() if args.no_sync and not last else _nothing():
+            loss = models.loss_of(args.model, forward(x), y) / args.accum
             loss.backward()
         total += loss.item()
-    opt.step()
-    zrt_losses.append(total)
-    if not args.no_ddp:
-        total = 0.0
-        for micro in range(args.accum):
-            x, y = models.batch(args.model, step * args.accum + micro, world, rank)
-            last = micro == args.accum - 1
-            if args.no_sync and not last:
-                with ddp.no_sync():
-                    loss = models.loss_of(args.model, ddp(x), y) / args.accum
-                    loss.backward()
-            else:
-                loss = models.loss_of(args.model, ddp(x), y) / args.accum
-                loss.backward()
-            total += loss.item()
-        ddp_opt.step()
-        ddp_opt.zero_grad()
-        ddp_losses.append(total)
+    return total
 
-if args.save:
-    sharded.save(args.save)
-params = {k: v.float() for k, v in sharded.state_dict().items()}
-gathered = [None] * world
-dist.all_gather_object(gathered, zrt_losses)
-if rank == 0:
-    torch.save(params, args.out + ".zrt.pt")
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run(stage, out):
+    model = models.make(args.model)
+    reference = models.make(args.model)
+    param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
+    config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
+                            bucket_bytes=4096, no_sync_accumulation=args.no_sync,
+                            prefetch_depth=args.prefetch_depth,
+                            optimizer_slots=1 if args.optimizer == "sgd" else 2)
+    sharded = zt.shard(model, stage=stage, config=config)
+    opt = zt.Optimizer(sharded, make_opt)
+    if args.resume:
+        sharded.load(args.resume)
+        if args.dump_loaded:
+            loaded = {k: v.float() for k, v in sharded.state_dict().items()}
+            if rank == 0:
+                torch.save(loaded, out + ".loaded.pt")
+    model.checkpointing = args.checkpointing
     if not args.no_ddp:
-        torch.save({k: v.detach() for k, v in reference.state_dict().items()}, args.out + ".ddp.pt")
+        ddp = torch.nn.parallel.DistributedDataParallel(reference)
+        if world > 2:
+            by_name = zrt_owners(sharded)
+            owner_of = {id(p): by_name[n] for n, p in reference.named_parameters()}
+            ddp.register_comm_hook((stage, owner_of), zrt_order_hook)
+        ddp_opt = make_opt(ddp.parameters())
+    in_dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    start = sharded.pm.get_step()
+    zrt_losses, ddp_losses = [], []
+    for step in range(start, start + args.steps):
+        zrt_losses.append(train(model, sharded.no_sync, step, in_dtype))
+        opt.step()
+        if not args.no_ddp:
+            ddp_losses.append(train(ddp, ddp.no_sync, step, torch.float32))
+            ddp_opt.step()
+            ddp_opt.zero_grad()
+    if args.save:
+        sharded.save(args.save)
+    params = {k: v.float() for k, v in sharded.state_dict().items()}
+    gathered = [None] * world
+    dist.all_gather_object(gathered, zrt_losses)
+    if rank == 0:
+        torch.save(params, out + ".zrt.pt")
+        if not args.no_ddp:
+            torch.save({k: v.detach() for k, v in reference.state_dict().items()},
+                       out + ".ddp.pt")
+    result = {"zrt": zrt_losses, "ddp": ddp_losses, "zrt_all_ranks": gathered,
+              "step": sharded.pm.get_step(), "stats": sharded.stats(),
+              "memory": sharded.memory()}
+    sharded.close()
+    return result
+
+
+results = {}
+for stage in [int(s) for s in args.stage.split(",")]:
+    results[stage] = run(stage, f"{args.out}.{stage}")
+if rank == 0:
     with open(args.out, "w") as f:
-        json.dump({"zrt": zrt_losses, "ddp": ddp_losses, "zrt_all_ranks": gathered,
-                   "step": sharded.pm.get_step(), "stats": sharded.stats(),
-                   "memory": sharded.memory()}, f)
-sharded.close()
+        json.dump(results, f)
 dist.destroy_process_group()
