@@ -232,6 +232,8 @@ class ShardedModel:
             self._fetch(self.root)
 
     def _post_forward_root(self, output):
+        # The root's parameters are resident (stage 3: unsharded), so backward reads them
+        # without another fetch.
         if self.root is not None and self.root.fetched and not self._backward_started:
             self._release(self.root)
         if torch.is_grad_enabled():
@@ -255,8 +257,6 @@ class ShardedModel:
         if not self._backward_started:
             self._backward_started = True
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_ends)
-            if self.root is not None:
-                self._fetch(self.root)
 
     def _pre_backward(self, unit):
         self._backward_begins(None)
@@ -309,8 +309,6 @@ class ShardedModel:
             for unit in reversed(self.units):
                 if unit.trainable and not unit.ready:
                     self._close(unit)
-            if self.root is not None:
-                self._release(self.root)
         finally:
             self._backward_started = False
             for unit in self.units:
