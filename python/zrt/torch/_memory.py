@@ -42,3 +42,13 @@ def tensor_at(address, shape, dtype, device):
 
 def address(tensor):
     return tensor.data_ptr()
+
+
+def order_before_zrt(device):
+    """zrt's CUDA work is ordered after the legacy default stream and blocking streams (docs/
+    API.md, CUDA): torch's default stream is the legacy one; work on a stream of the user's
+    own is waited for on the host before zrt takes over the memory it wrote."""
+    if device.type == "cuda":
+        current = torch.cuda.current_stream(device)
+        if current != torch.cuda.default_stream(device):
+            current.synchronize()

@@ -14,7 +14,7 @@ import torch
 
 from .. import _lib
 from ..errors import ZrtError, callback_failed, status_name
-from ._memory import tensor_at
+from ._memory import order_before_zrt, tensor_at
 
 _LAYOUT_FILE = "zrt_torch_optimizer.json"
 
@@ -90,6 +90,7 @@ class Optimizer:
         self.inner.step()
         if first:
             self._adopt_state(slots)
+        order_before_zrt(self.sharded.device)
 
     def _adopt_state(self, slots):
         """Moves the state torch created on the first step into zrt's slots."""

@@ -21,7 +21,7 @@ from ..comm import Comm
 from ..partition import Partition
 from ..partition import config as partition_config
 from ._config import ShardConfig
-from ._memory import tensor_at, zrt_dtype
+from ._memory import order_before_zrt, tensor_at, zrt_dtype
 
 
 class _Param:
@@ -282,6 +282,7 @@ class ShardedModel:
     def _close(self, unit):
         if not unit.open and unit.deferred:
             self._open(unit, fetch=False)  # only to copy the gradients torch kept
+        order_before_zrt(self.device)
         self.pm.grad_ready(unit.index)
         unit.open = False
         unit.ready = True

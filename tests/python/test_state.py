@@ -1,0 +1,40 @@
+"""state_dict / load_state_dict of a sharded model (one rank: no launcher variables)."""
+import pytest
+import torch
+
+import zrt
+import zrt.torch as zt
+
+import models
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_load_state_dict_round_trip(stage):
+    torch.set_num_threads(1)
+    comm = zrt.Comm.from_env()
+    model = models.make("gpt", seed=0)
+    other = models.make("gpt", seed=1)
+    sharded = zt.shard(model, stage=stage, comm=comm,
+                       config=zt.ShardConfig(persistence_threshold=0))
+    sharded.load_state_dict(other.state_dict())
+    x, _ = models.batch("gpt", 0, 1, 0)
+    with torch.no_grad():
+        assert torch.equal(model(x), other(x))
+    state = sharded.state_dict()
+    for name, value in other.state_dict().items():
+        assert state[name].shape == value.shape and torch.equal(state[name], value), name
+    with pytest.raises(KeyError, match="misses"):
+        sharded.load_state_dict({})
+    sharded.close()
+    comm.destroy()
+
+
+def test_parameters_are_zrt_memory_without_copies():
+    comm = zrt.Comm.from_env()
+    model = models.make("mlp")
+    sharded = zt.shard(model, stage=2, comm=comm)
+    for p in sharded.params:
+        assert p.tensor.data_ptr() == sharded.pm.param_data(p.index)
+        assert tuple(p.tensor.shape) == p.shape
+    sharded.close()
+    comm.destroy()
