@@ -38,3 +38,33 @@ def test_parameters_are_zrt_memory_without_copies():
         assert tuple(p.tensor.shape) == p.shape
     sharded.close()
     comm.destroy()
+
+
+def test_frozen_unit_and_frozen_parameters():
+    """A unit whose parameters are all frozen (requires_grad=False) at stage 3: replicated,
+    never reduced; training matches plain torch on one rank."""
+    comm = zrt.Comm.from_env()
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)]
+    model, reference = torch.nn.Sequential(*layers), torch.nn.Sequential(
+        *[torch.nn.Linear(l.in_features, l.out_features) for l in layers])
+    reference.load_state_dict(model.state_dict())
+    for m in (model, reference):
+        for p in m[1].parameters():
+            p.requires_grad_(False)
+    sharded = zt.shard(model, stage=3, comm=comm, config=zt.ShardConfig(persistence_threshold=0))
+    opt = zt.Optimizer(sharded, torch.optim.SGD, lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD([p for p in reference.parameters() if p.requires_grad], lr=0.1,
+                              momentum=0.9)
+    x = torch.randn(5, 8)
+    for _ in range(3):
+        ours = model(x).square().mean()
+        ours.backward()
+        opt.step()
+        theirs = reference(x).square().mean()
+        theirs.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        assert ours.item() == theirs.item()
+    sharded.close()
+    comm.destroy()

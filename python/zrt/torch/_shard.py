@@ -260,7 +260,8 @@ class ShardedModel:
 
     def _pre_backward(self, unit):
         self._backward_begins(None)
-        if unit.open or unit.ready:
+        # A unit of frozen parameters only (replicated, resident) has no gradient to hand over.
+        if unit.open or unit.ready or not unit.trainable:
             return
         self._open(unit)
 
