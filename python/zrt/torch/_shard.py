@@ -400,6 +400,11 @@ class ShardedModel:
         if self.optimizer is not None:
             self.optimizer._load_layout(directory)
 
+    def export(self, path, dtype=torch.float32):
+        """The full parameters in one safetensors file (rank 0 writes it; collective), from the
+        f32 master, by the model's parameter names and, with the framework API, shapes."""
+        self.pm.export_full(path, zrt_dtype(dtype, "export dtype"))
+
     def memory(self):
         return self.pm.memory()
 
