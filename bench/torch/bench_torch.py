@@ -130,8 +130,8 @@ if rank == 0:
     print(f"bench_torch: {P} parameters ({args.layers} x Linear({args.width}, {args.width})), "
           f"batch {args.batch} per rank, {N} ranks, AdamW f32, {args.steps} steps after "
           f"{args.warmup} warm-up, variants alternating step by step")
-    print(f"| variant | median step (ms) | vs DDP | model state / rank (MiB) | ZeRO formula "
-          f"(MiB) | vs DDP's state |")
+    print("| variant | median step (ms) | vs DDP | model state / rank (MiB) | ZeRO formula "
+          "(MiB) | vs DDP's state |")
     print("|---|---|---|---|---|---|")
     ddp_state = next((v.model_state() for v in variants if v.name == "ddp"), None)
     for variant in variants:

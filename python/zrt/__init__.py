@@ -16,6 +16,12 @@ from .partition import Partition
 from .partition import config as partition_config
 
 
+__all__ = ["AVG", "BF16", "F16", "F32", "F64", "MAX", "MEM_CUDA", "MEM_HOST", "MIN",
+           "PARAM_DEFAULT", "PARAM_FROZEN", "PARAM_UNSHARDED", "PROD", "SUM", "library_path",
+           "Comm", "Stream", "ZrtError", "check", "status_name", "Partition", "partition_config",
+           "version", "last_error"]
+
+
 def version():
     """libzrt's version as "major.minor.patch"."""
     import ctypes

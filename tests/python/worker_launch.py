@@ -5,7 +5,6 @@ either order), from-torch (zrt over torch's group, zrt_comm_init_oob), zrt-only.
 all-reduces its rank+1 through zrt (and through torch where torch is up) and prints
 "OK rank R zrt S torch T"; a zrt error prints "ZRTERROR <status> <message>" and exits 3.
 """
-import ctypes
 import sys
 
 import torch

@@ -40,10 +40,6 @@ def tensor_at(address, shape, dtype, device):
     return raw.view(dtype).view(shape)
 
 
-def address(tensor):
-    return tensor.data_ptr()
-
-
 def order_before_zrt(device):
     """zrt's CUDA work is ordered after the legacy default stream and blocking streams (docs/
     API.md, CUDA): torch's default stream is the legacy one; work on a stream of the user's

@@ -13,7 +13,7 @@ import os
 import torch
 
 from .. import _lib
-from ..errors import ZrtError, callback_failed, status_name
+from ..errors import ZrtError, callback_failed
 from ._memory import order_before_zrt, tensor_at
 
 _LAYOUT_FILE = "zrt_torch_optimizer.json"
@@ -188,7 +188,3 @@ class Optimizer:
             for key in self.state_keys:
                 state[key] = torch.zeros_like(sp)  # re-pointed at zrt's slots by every step
             self.inner.state[sp] = state
-
-
-def status_of(error):
-    return status_name(error.status) if isinstance(error, ZrtError) else None
