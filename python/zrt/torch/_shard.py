@@ -49,6 +49,7 @@ class _Unit:
         self.ready = False  # grad_ready called in this backward
         self.arrived = 0  # AccumulateGrad calls seen in this backward
         self.deferred = False  # some gradient landed outside the window (copied at the end)
+        self.resident = False  # always gathered (stages 0-2, frozen, persistent)
 
     @property
     def trainable(self):
@@ -184,7 +185,8 @@ class ShardedModel:
                 values = values.to(self.device)
             self.pm.load_param(p.index, values.data_ptr(), _lib.F32)
         for unit in self.units:
-            if all(self.pm.param_info(p.index).resident for p in unit.params):
+            unit.resident = all(self.pm.param_info(p.index).resident for p in unit.params)
+            if unit.resident:
                 self._bind(unit)
 
     # --- parameters over zrt's memory ---------------------------------------------------------
@@ -362,11 +364,12 @@ class ShardedModel:
         out = {}
         self.wait_params()
         for unit in self.units:
-            was_fetched = unit.fetched
-            self._fetch(unit)
+            gather = not unit.resident and not unit.fetched
+            if gather:
+                self._fetch(unit)
             for p in unit.params:
                 out[p.name] = p.tensor.detach().clone()
-            if not was_fetched:
+            if gather:
                 self._release(unit)
         return out
 
