@@ -86,11 +86,22 @@ typedef enum zrt_status ZRT_ENUM_TYPE {
   ZRT_TIMEOUT = 6,          /* a wait exceeded the communicator's timeout */
   ZRT_UNSUPPORTED = 7,      /* valid but not available in this build or on this machine */
   ZRT_OUT_OF_MEMORY = 8,    /* an allocation failed */
-  ZRT_INTERNAL_ERROR = 9    /* a bug in zrt: please report the message */
+  ZRT_INTERNAL_ERROR = 9,   /* a bug in zrt: please report the message */
+  ZRT_CALLBACK_ERROR = 10   /* the framework's callback failed (its message is in the error) */
 } zrt_status_t;
 
 /* The constant's name ("ZRT_TIMEOUT"), or "ZRT_UNKNOWN_STATUS". Never NULL. Thread-safe. */
 ZRT_API const char* zrt_status_string(zrt_status_t status);
+
+/* For the framework's callbacks (the optimizer of zrt_partition_step, the zrt_oob_t functions):
+ * records `message` (copied; NULL = "") as the calling thread's callback failure and returns
+ * ZRT_CALLBACK_ERROR, so a callback fails with `return zrt_callback_error("...");`. The zrt call
+ * that invoked the callback reads the message when the callback returns ZRT_CALLBACK_ERROR and
+ * puts it, with the failing rank, into zrt_last_error() (on every rank, for collective calls).
+ * A callback that returns ZRT_CALLBACK_ERROR without calling this gets a generic message. A
+ * value outside zrt_status_t returned by a callback is reported as such, as a
+ * ZRT_CALLBACK_ERROR. Thread-safe (one message per thread); never fails. */
+ZRT_API zrt_status_t zrt_callback_error(const char* message);
 
 /* The message of the calling thread's last failed zrt call ("" if none), valid until the
  * thread's next zrt call. Thread-safe (one message per thread). */
@@ -212,7 +223,8 @@ ZRT_API zrt_status_t zrt_oob_init(zrt_oob_t* oob, size_t size);
  * and no environment. oob and config (NULL = defaults) are not kept. Collective. Errors:
  * ZRT_INVALID_ARGUMENT (NULL callback, rank not in [0, size), inconsistent local_rank and
  * local_size, bad config), ZRT_REMOTE_ERROR (a callback failed: its status is in the message),
- * ZRT_SYSTEM_ERROR. */
+ * ZRT_CALLBACK_ERROR (a callback returned it: its zrt_callback_error message; or a value
+ * outside zrt_status_t), ZRT_SYSTEM_ERROR. */
 ZRT_API zrt_status_t zrt_comm_init_oob(const zrt_oob_t* oob, const zrt_comm_config_t* config,
                                        zrt_comm_t* comm);
 
@@ -423,6 +435,9 @@ typedef struct zrt_partition* zrt_partition_t;
 #define ZRT_PARAM_FROZEN 1u    /* no gradient: replicated, never reduced or updated */
 #define ZRT_PARAM_UNSHARDED 2u /* stage 3: always gathered (its master/state stay sharded) */
 
+/* The most dimensions a registered shape may have. */
+#define ZRT_MAX_DIMS 8
+
 typedef struct zrt_partition_config {
   size_t size;                  /* sizeof(zrt_partition_config_t) as the caller compiled it */
   uint32_t magic;               /* ZRT_CONFIG_MAGIC */
@@ -445,6 +460,8 @@ typedef struct zrt_partition_config {
                                    optimizer fails is rolled back on every rank; 0 or 1 */
   int prefetch_next_step;       /* stage 3, 1: zrt_partition_step ends by gathering the first
                                    units of the next forward; 0 or 1 */
+  int grad_accumulate;          /* 1: zrt_partition_grad_data hands out zeroed windows that the
+                                   framework accumulates into (+=); 0: it overwrites them */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -467,7 +484,8 @@ typedef struct zrt_partition_config {
         ZRT_MEM_HOST,               /* mem_kind */                         \
         0,                          /* no_sync_accumulation */             \
         1,                          /* step_backup */                      \
-        0                           /* prefetch_next_step */               \
+        0,                          /* prefetch_next_step */               \
+        0                           /* grad_accumulate */                  \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,
@@ -496,11 +514,23 @@ ZRT_API zrt_status_t zrt_partition_destroy(zrt_partition_t pm);
 
 /* Registration, before zrt_partition_finalize and identical on every rank. Units are added in
  * forward order and numbered from 0, parameters numbered from 0 in the order added; name is
- * copied (NULL = ""). Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0, unknown
+ * copied (NULL = ""). A parameter added with zrt_partition_add_param has shape [numel] and
+ * the config's param_dtype. Local. Errors: ZRT_INVALID_ARGUMENT (unknown unit, numel 0, unknown
  * flags), ZRT_INVALID_USAGE (after finalize). */
 ZRT_API zrt_status_t zrt_partition_add_unit(zrt_partition_t pm, const char* name, int* unit);
 ZRT_API zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* name,
                                              size_t numel, uint32_t flags, int* param);
+
+/* zrt_partition_add_param with a shape: ndim (0..ZRT_MAX_DIMS) dimensions dims[0..ndim) (dims
+ * may be NULL when ndim is 0, a scalar), numel their product; dtype is the framework's dtype of
+ * the tensor (ZRT_F32, ZRT_F16 or ZRT_BF16; zrt stores it in param_dtype). The shape and dtype
+ * are returned by zrt_partition_param_info, compared across ranks at finalize, and carried by
+ * checkpoints and zrt_partition_export_full. Errors: ZRT_INVALID_ARGUMENT (as add_param; ndim
+ * out of range, a dimension < 1, a product that overflows size_t, ZRT_F64 (convert the tensor
+ * to float32 first) or another dtype: the parameter is named). */
+ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit, const char* name,
+                                                    int ndim, const int64_t* dims,
+                                                    zrt_dtype_t dtype, uint32_t flags, int* param);
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
  * the same model with the same configuration. Parameters start at zero (zrt_partition_load_param
@@ -523,8 +553,11 @@ typedef struct zrt_param_info {
   int resident;   /* 1: full data always available (stages 0-2, frozen, persistent) */
   int first_segment, last_segment; /* segments holding it (-1 when frozen) */
   size_t segment_offset;           /* element offset of its first element in first_segment */
-  size_t view_offset; /* element offset in its gathered buffer (the full buffer, a window
-                         slot, the persistent or the frozen store) */
+  size_t view_offset;         /* element offset in its gathered buffer (the full buffer, a window
+                                 slot, the persistent or the frozen store) */
+  zrt_dtype_t dtype;          /* as registered (add_param: the config's param_dtype) */
+  int ndim;                   /* as registered (add_param: 1) */
+  int64_t dims[ZRT_MAX_DIMS]; /* dims[0..ndim) as registered, the rest 0 */
 } zrt_param_info_t;
 
 /* Where a parameter lives. Local. Errors: ZRT_INVALID_ARGUMENT (unknown param, info->size),
@@ -559,13 +592,22 @@ ZRT_API zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit);
 ZRT_API zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit);
 
 /* A parameter's full data: numel elements of param_dtype, read-only for the framework. Valid
- * while its unit is fetched (always, for resident parameters); in stages 1/2 read it only
- * between the fetch and the next step. Local. Errors: ZRT_INVALID_ARGUMENT (unknown param),
- * ZRT_INVALID_USAGE (unit not fetched). */
+ * while its unit is fetched (always, for resident parameters); in stages 1/2 a step rewrites
+ * it in the background: read it after a fetch of its unit or zrt_partition_wait_params. Local.
+ * Errors: ZRT_INVALID_ARGUMENT (unknown param), ZRT_INVALID_USAGE (unit not fetched). */
 ZRT_API zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data);
 
+/* Blocks until the parameters the last step (or load) publishes have landed: afterwards every
+ * resident parameter's data (param_data) holds the updated values until the next step, at any
+ * stage, without fetching. Stage 3 waits for the persistent parameters; units gathered on
+ * fetch are not affected. Local. Errors: ZRT_INVALID_USAGE (not finalized), and a failure of
+ * the last step's publishing. */
+ZRT_API zrt_status_t zrt_partition_wait_params(zrt_partition_t pm);
+
 /* Where the framework writes a trainable parameter's gradient for this micro-batch: numel
- * elements of param_dtype, overwritten, not accumulated (zrt accumulates). Valid from this call
+ * elements of param_dtype. grad_accumulate 0: overwritten, not accumulated (zrt accumulates
+ * across micro-batches); its content on entry is undefined. grad_accumulate 1: zeroed, and the
+ * framework adds into it (several writes, in any order, until grad_ready). Valid from this call
  * until zrt_partition_grad_ready of its unit; take it again for every unit and micro-batch. One
  * unit's gradients are open at a time. May wait until zrt has read the window it hands out.
  * Errors: ZRT_INVALID_ARGUMENT (unknown or frozen param), ZRT_INVALID_USAGE (another unit's
@@ -606,7 +648,8 @@ typedef struct zrt_optimizer_args {
   int64_t step; /* 1 on the first step */
 } zrt_optimizer_args_t;
 
-/* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on. With ZRT_MEM_CUDA the
+/* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on: preferably
+ * zrt_callback_error("why"), whose message every rank then sees. With ZRT_MEM_CUDA the
  * pointers are device pointers, and the callback's kernels must be ordered before its return
  * (see docs/API.md). */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
@@ -618,8 +661,9 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * rank (with step_backup = 0, only for failures before the optimizer), and every rank returns
  * an error. Success commits the step. Collective. Errors: ZRT_INVALID_ARGUMENT (NULL
  * optimizer), ZRT_INVALID_USAGE (some unit's gradients missing, no synchronised micro-batch,
- * units still fetched), the optimizer's status (of the lowest failing rank), ZRT_REMOTE_ERROR
- * (naming the ranks that failed). docs/API.md details the transaction. */
+ * units still fetched), the optimizer's status (of the lowest failing rank; ZRT_CALLBACK_ERROR
+ * with the message of zrt_callback_error, or naming a value outside zrt_status_t, on every
+ * rank), ZRT_REMOTE_ERROR (naming the ranks that failed). docs/API.md details the transaction. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "lib/core/callback_status.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
 
@@ -10,7 +11,9 @@ namespace {
 thread_local std::string last_error;
 }  // namespace
 
-const char* last_error_cstr() { return last_error.c_str(); }
+const char* last_error_cstr() {
+  return last_error.c_str();
+}
 
 zrt_status_t finish(const char* function, const Status& status) {
   if (status.is_ok()) {
@@ -27,12 +30,17 @@ Status check_not_null(const void* pointer, const char* arg) {
   return Status::ok();
 }
 
+void note_thread_rank(const zrt_comm* comm) {
+  if (comm != nullptr && comm->impl != nullptr) log_set_thread_rank(comm->impl->rank());
+}
+
 Status check_comm(const zrt_comm* comm, const char* arg) {
   if (comm == nullptr) return Status::invalid_argument("{} is NULL", arg);
   if (comm->magic != kCommMagic || comm->impl == nullptr) {
     return Status::invalid_argument("{} is not a live zrt_comm_t (destroyed or foreign pointer)",
                                     arg);
   }
+  note_thread_rank(comm);
   return Status::ok();
 }
 
@@ -70,22 +78,23 @@ Status resolve_stream(zrt_comm* comm, zrt_stream* stream, const char* arg, zrt::
 extern "C" {
 
 const char* zrt_status_string(zrt_status_t status) {
-  switch (status) {
-    case ZRT_SUCCESS: return "ZRT_SUCCESS";
-    case ZRT_IN_PROGRESS: return "ZRT_IN_PROGRESS";
-    case ZRT_INVALID_ARGUMENT: return "ZRT_INVALID_ARGUMENT";
-    case ZRT_INVALID_USAGE: return "ZRT_INVALID_USAGE";
-    case ZRT_SYSTEM_ERROR: return "ZRT_SYSTEM_ERROR";
-    case ZRT_REMOTE_ERROR: return "ZRT_REMOTE_ERROR";
-    case ZRT_TIMEOUT: return "ZRT_TIMEOUT";
-    case ZRT_UNSUPPORTED: return "ZRT_UNSUPPORTED";
-    case ZRT_OUT_OF_MEMORY: return "ZRT_OUT_OF_MEMORY";
-    case ZRT_INTERNAL_ERROR: return "ZRT_INTERNAL_ERROR";
-  }
-  return "ZRT_UNKNOWN_STATUS";
+  return zrt::status_code_name(static_cast<int>(status));
 }
 
-const char* zrt_last_error(void) { return zrt::api::last_error_cstr(); }
+const char* zrt_last_error(void) {
+  return zrt::api::last_error_cstr();
+}
+
+// Not ZRT_API_BODY: it must not clear or set the thread's last error (the callback runs inside
+// another zrt call, whose error it is about to become).
+zrt_status_t zrt_callback_error(const char* message) {
+  try {
+    zrt::set_callback_message(message != nullptr ? message : "");
+  } catch (...) {
+    // Out of memory for the message: the status alone still reports the failure.
+  }
+  return ZRT_CALLBACK_ERROR;
+}
 
 zrt_status_t zrt_get_version(int* version) {
   ZRT_API_BODY("zrt_get_version", {

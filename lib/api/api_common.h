@@ -21,6 +21,9 @@ Status check_comm(const zrt_comm* comm, const char* arg);
 Status check_stream(const zrt_stream* stream, const char* arg);
 Status check_event(const zrt_event* event, const char* arg);
 Status check_not_null(const void* pointer, const char* arg);
+// Makes the calling thread's log lines show comm's rank (every entry point that checks a live
+// handle calls it, so a framework's training thread logs as "r3", not "r?").
+void note_thread_rank(const zrt_comm* comm);
 
 // The stream an entry point should use: the communicator's default stream for NULL; refuses a
 // stream of another communicator.

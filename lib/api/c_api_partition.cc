@@ -109,6 +109,17 @@ zrt_status_t zrt_partition_add_param(zrt_partition_t pm, int unit, const char* n
   });
 }
 
+zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit, const char* name,
+                                            int ndim, const int64_t* dims, zrt_dtype_t dtype,
+                                            uint32_t flags, int* param) {
+  ZRT_API_BODY("zrt_partition_add_param_shaped", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(param, "param"));
+    return pm->impl->add_param_shaped(unit, name != nullptr ? name : "", ndim, dims, dtype, flags,
+                                      param);
+  });
+}
+
 zrt_status_t zrt_partition_finalize(zrt_partition_t pm) {
   ZRT_API_BODY("zrt_partition_finalize", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
@@ -165,6 +176,13 @@ zrt_status_t zrt_partition_param_data(zrt_partition_t pm, int param, void** data
     ZRT_RETURN_IF_ERROR(check_pm(pm));
     ZRT_RETURN_IF_ERROR(zrt::api::check_not_null(data, "data"));
     return pm->impl->param_data(param, data);
+  });
+}
+
+zrt_status_t zrt_partition_wait_params(zrt_partition_t pm) {
+  ZRT_API_BODY("zrt_partition_wait_params", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->wait_params();
   });
 }
 

@@ -29,6 +29,18 @@ void forget_handle(std::vector<std::unique_ptr<Handle>>& handles, Handle* handle
                 handles.end());
 }
 
+// NULL names a communicator's default stream only where a communicator is passed too; these
+// calls have none, so the message says how to wait for the default stream instead.
+Status check_waitable_stream(const zrt_stream* stream) {
+  if (stream != nullptr) return check_stream(stream, "stream");
+  return Status::invalid_argument(
+      "stream is NULL: NULL means the default stream only in calls that also take the "
+      "communicator, and this one does not; to wait for work on the default stream, record an "
+      "event there (zrt_event_create, zrt_event_record(event, NULL)) and call "
+      "zrt_event_synchronize(event), or enqueue the work on a stream of your own "
+      "(zrt_stream_create) and pass that");
+}
+
 }  // namespace
 
 extern "C" {
@@ -85,14 +97,14 @@ zrt_status_t zrt_stream_destroy(zrt_stream_t stream) {
 
 zrt_status_t zrt_stream_synchronize(zrt_stream_t stream) {
   ZRT_API_BODY("zrt_stream_synchronize", {
-    ZRT_RETURN_IF_ERROR(check_stream(stream, "stream"));
+    ZRT_RETURN_IF_ERROR(check_waitable_stream(stream));
     return stream->impl->synchronize();
   });
 }
 
 zrt_status_t zrt_stream_query(zrt_stream_t stream) {
   ZRT_API_BODY("zrt_stream_query", {
-    ZRT_RETURN_IF_ERROR(check_stream(stream, "stream"));
+    ZRT_RETURN_IF_ERROR(check_waitable_stream(stream));
     return stream->impl->query();
   });
 }

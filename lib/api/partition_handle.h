@@ -23,6 +23,8 @@ inline Status check_partition_handle(const zrt_partition* pm) {
   if (pm->magic != kPartitionMagic || pm->impl == nullptr) {
     return Status::invalid_argument("pm is not a live zrt_partition_t");
   }
+  // The training thread's log lines (a fetch's warning, say) carry its rank.
+  note_thread_rank(pm->comm);
   return Status::ok();
 }
 

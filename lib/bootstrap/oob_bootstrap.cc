@@ -15,34 +15,24 @@
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/bootstrap/local_ranks.h"
 #include "lib/bootstrap/socket_util.h"
+#include "lib/core/callback_status.h"
 
 namespace zrt {
 namespace {
 
-const char* status_name(zrt_status_t status) {
-  switch (status) {
-    case ZRT_SUCCESS:
-      return "ZRT_SUCCESS";
-    case ZRT_IN_PROGRESS:
-      return "ZRT_IN_PROGRESS";
-    case ZRT_INVALID_ARGUMENT:
-      return "ZRT_INVALID_ARGUMENT";
-    case ZRT_INVALID_USAGE:
-      return "ZRT_INVALID_USAGE";
-    case ZRT_SYSTEM_ERROR:
-      return "ZRT_SYSTEM_ERROR";
-    case ZRT_REMOTE_ERROR:
-      return "ZRT_REMOTE_ERROR";
-    case ZRT_TIMEOUT:
-      return "ZRT_TIMEOUT";
-    case ZRT_UNSUPPORTED:
-      return "ZRT_UNSUPPORTED";
-    case ZRT_OUT_OF_MEMORY:
-      return "ZRT_OUT_OF_MEMORY";
-    case ZRT_INTERNAL_ERROR:
-      return "ZRT_INTERNAL_ERROR";
+// A failed callback: ZRT_CALLBACK_ERROR (its zrt_callback_error message, or a value outside
+// zrt_status_t) stays one; any other status reads as the peer-side failure it usually is.
+Status callback_failure(int code, const char* callback, const char* kind, int64_t round,
+                        const zrt_oob_t& oob) {
+  const Status result = callback_result(code, fmt::format("the out-of-band {} callback", callback));
+  if (result.code() == ZRT_CALLBACK_ERROR) {
+    return Status::error(ZRT_CALLBACK_ERROR, "{} at bootstrap {} round {} (rank {} of {})",
+                         result.message(), kind, round, oob.rank, oob.size);
   }
-  return "an unknown status";
+  return Status::error(ZRT_REMOTE_ERROR,
+                       "out-of-band {} callback failed with {} at bootstrap {} round {} (rank {} "
+                       "of {})",
+                       callback, status_code_name(code), kind, round, oob.rank, oob.size);
 }
 
 class OobBootstrap final : public Bootstrap {
@@ -89,12 +79,10 @@ class OobBootstrap final : public Bootstrap {
 Status OobBootstrap::run(const char* kind, const void* input, void* output, size_t bytes) {
   const int64_t round = ++round_;
   void* request = nullptr;
+  clear_callback_message();
   const zrt_status_t posted = oob_.allgather(input, output, bytes, oob_.user_data, &request);
   if (posted != ZRT_SUCCESS) {
-    return Status::error(ZRT_REMOTE_ERROR,
-                         "out-of-band allgather callback failed with {} at bootstrap {} round {} "
-                         "(rank {} of {})",
-                         status_name(posted), kind, round, oob_.rank, oob_.size);
+    return callback_failure(posted, "allgather", kind, round, oob_);
   }
   const Deadline deadline = deadline_after_ms(timeout_ms_);
   auto pause = std::chrono::microseconds(50);
@@ -119,10 +107,7 @@ Status OobBootstrap::run(const char* kind, const void* input, void* output, size
                          "{} round {} (rank {} of {})",
                          timeout_ms_, kind, round, oob_.rank, oob_.size);
   }
-  return Status::error(ZRT_REMOTE_ERROR,
-                       "out-of-band test callback failed with {} at bootstrap {} round {} (rank "
-                       "{} of {})",
-                       status_name(state), kind, round, oob_.rank, oob_.size);
+  return callback_failure(state, "test", kind, round, oob_);
 }
 
 }  // namespace

@@ -38,7 +38,9 @@ class ExportWriter {
     }
     const std::vector<std::string> keys = export_tensor_names(units, names);
     for (size_t p = 0; p < specs.size(); ++p) {
-      file_.tensors.push_back({keys[p], dtype_, specs[p].numel, 0, 0});
+      SafetensorsTensor tensor{keys[p], dtype_, specs[p].numel, 0, 0, std::nullopt};
+      if (specs[p].shaped) tensor.shape.emplace(specs[p].dims.begin(), specs[p].dims.end());
+      file_.tensors.push_back(std::move(tensor));
     }
     file_.metadata["format"] = "pt";
     file_.metadata["zrt_step"] = std::to_string(pm_.step_count());

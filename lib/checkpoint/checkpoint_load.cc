@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "lib/checkpoint/agreement.h"
 #include "lib/checkpoint/checkpoint.h"
 #include "lib/checkpoint/file_io.h"
@@ -113,6 +115,16 @@ Status check_same_model(const Manifest& m, const PartitionManager& pm, const std
           "there but \"{}\" ({} elements{}) here",
           origin, p, saved.name, saved.numel, saved.frozen ? ", frozen" : "", specs[p].name,
           specs[p].numel, frozen ? ", frozen" : "");
+    }
+    // Shapes are compared where both sides know one: a manifest from before shapes, or a
+    // parameter registered without one, matches on numel alone.
+    const std::vector<uint64_t> registered(specs[p].dims.begin(), specs[p].dims.end());
+    if (specs[p].shaped && saved.shape && *saved.shape != registered) {
+      return Status::invalid_argument(
+          "{}: parameter #{} \"{}\" was saved with shape [{}] but is registered with shape [{}] "
+          "(same {} elements); register it with the saved shape, or reshape the checkpoint",
+          origin, p, saved.name, fmt::join(*saved.shape, ", "), fmt::join(registered, ", "),
+          saved.numel);
     }
   }
   const size_t slots = pm.state_shards().size();

@@ -124,7 +124,7 @@ Status consolidate_checkpoint(const std::string& dir, const std::string& out, zr
   const std::vector<std::string> keys = export_tensor_names(units, names);
   SafetensorsFile file;
   for (size_t p = 0; p < m.params.size(); ++p) {
-    file.tensors.push_back({keys[p], dtype, m.params[p].numel, 0, 0});
+    file.tensors.push_back({keys[p], dtype, m.params[p].numel, 0, 0, m.params[p].shape});
   }
   file.metadata["format"] = "pt";
   file.metadata["zrt_step"] = std::to_string(m.step);

@@ -80,7 +80,10 @@ Manifest describe_checkpoint(const PartitionManager& pm, const std::string& tag,
   const auto& units = pm.unit_specs();
   for (size_t p = 0; p < specs.size(); ++p) {
     m.params.push_back({specs[p].name, units[static_cast<size_t>(specs[p].unit)].name,
-                        specs[p].numel, (specs[p].flags & ZRT_PARAM_FROZEN) != 0});
+                        specs[p].numel, (specs[p].flags & ZRT_PARAM_FROZEN) != 0,
+                        std::vector<uint64_t>(specs[p].dims.begin(), specs[p].dims.end())});
+    // A parameter registered without a shape has none to record ([numel] is zrt's own view).
+    if (!specs[p].shaped) m.params.back().shape.reset();
   }
   for (int r = 0; r < world; ++r) {
     ManifestFile file = describe_rank_file(rank_contents(layout, r, world), options.param_dtype,

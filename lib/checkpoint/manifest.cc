@@ -115,6 +115,32 @@ bool safe_file_name(const std::string& name) {
   });
 }
 
+// The optional "shape": at most ZRT_MAX_DIMS dimensions of at least 1 whose product is numel.
+Status parse_shape(const Reader& r, const Json& p, const std::string& at, ManifestParam* param) {
+  const auto it = p.find("shape");
+  if (it == p.end()) return Status::ok();
+  const std::string where = at + ".shape";
+  if (!it->is_array()) return r.fail(where, "expected an array");
+  if (it->size() > ZRT_MAX_DIMS) {
+    return r.fail(where, fmt::format("{} dimensions; at most {}", it->size(), ZRT_MAX_DIMS));
+  }
+  uint64_t product = 1;
+  param->shape.emplace();
+  for (size_t d = 0; d < it->size(); ++d) {
+    uint64_t dim = 0;
+    ZRT_RETURN_IF_ERROR(r.u64_value((*it)[d], fmt::format("{}[{}]", where, d), kMaxNumel, &dim));
+    if (dim == 0) return r.fail(fmt::format("{}[{}]", where, d), "must be at least 1");
+    if (dim > kMaxNumel / product) return r.fail(where, "its element count overflows");
+    product *= dim;
+    param->shape->push_back(dim);
+  }
+  if (product != param->numel) {
+    return r.fail(where, fmt::format("holds {} elements, but parameter \"{}\" has numel {}",
+                                     product, param->name, param->numel));
+  }
+  return Status::ok();
+}
+
 Status parse_pieces(const Reader& r, const Json& list, const std::string& where,
                     const std::vector<ManifestParam>& params, bool frozen,
                     std::vector<ManifestPiece>* out) {
@@ -320,8 +346,9 @@ std::string serialize_manifest(const Manifest& m) {
   j["optimizer_slots"] = m.optimizer_slots;
   Json params = Json::array();
   for (const ManifestParam& p : m.params) {
-    params.push_back(
-        {{"name", p.name}, {"unit", p.unit}, {"numel", p.numel}, {"frozen", p.frozen}});
+    Json param = {{"name", p.name}, {"unit", p.unit}, {"numel", p.numel}, {"frozen", p.frozen}};
+    if (p.shape) param["shape"] = *p.shape;
+    params.push_back(std::move(param));
   }
   j["params"] = std::move(params);
   Json files = Json::array();
@@ -409,6 +436,7 @@ Status parse_manifest(std::string_view bytes, const std::string& origin, Manifes
     ZRT_RETURN_IF_ERROR(r.u64(p, "numel", at, kMaxNumel, &param.numel));
     if (param.numel == 0) return r.fail(at + ".numel", "must be at least 1");
     ZRT_RETURN_IF_ERROR(r.boolean(p, "frozen", at, &param.frozen));
+    ZRT_RETURN_IF_ERROR(parse_shape(r, p, at, &param));
     m.params.push_back(std::move(param));
   }
   ZRT_RETURN_IF_ERROR(r.array(j, "files", "manifest", &list));

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,9 @@ struct ManifestParam {
   std::string unit;  // the unit's name (informational: units may be regrouped across runs)
   uint64_t numel = 0;
   bool frozen = false;
+  // The registered shape, whose product is numel ([] for a scalar); absent in manifests written
+  // before shapes (the key is optional, so the format version did not change).
+  std::optional<std::vector<uint64_t>> shape = std::nullopt;
 };
 
 struct ManifestPiece {

@@ -56,7 +56,7 @@ Status safetensors_build(SafetensorsFile* file, std::string* header) {
     t.end = offset + t.numel * dtype_size(t.dtype);
     offset = t.end;
     j[t.name] = {{"dtype", st_dtype(t.dtype)},
-                 {"shape", Json::array({t.numel})},
+                 {"shape", t.shape ? Json(*t.shape) : Json::array({t.numel})},
                  {"data_offsets", Json::array({t.begin, t.end})}};
   }
   if (!file->metadata.empty()) j["__metadata__"] = file->metadata;
@@ -108,11 +108,13 @@ Status safetensors_parse(std::string_view bytes, const std::string& origin, Safe
       return Status::invalid_argument("{}: tensor \"{}\" is malformed", origin, key);
     }
     t.numel = 1;
+    t.shape.emplace();
     for (const Json& dim : *shape) {
       if (!dim.is_number_unsigned()) {
         return Status::invalid_argument("{}: tensor \"{}\" has a bad shape", origin, key);
       }
       t.numel *= dim.get<uint64_t>();
+      t.shape->push_back(dim.get<uint64_t>());
     }
     t.begin = (*offsets)[0].get<uint64_t>();
     t.end = (*offsets)[1].get<uint64_t>();

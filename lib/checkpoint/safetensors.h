@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,9 +20,10 @@ namespace zrt {
 struct SafetensorsTensor {
   std::string name;
   zrt_dtype_t dtype = ZRT_F32;
-  uint64_t numel = 0;  // shape [numel]: zrt keeps parameters flat
+  uint64_t numel = 0;
   uint64_t begin = 0;  // data offsets, relative to the data start
   uint64_t end = 0;
+  std::optional<std::vector<uint64_t>> shape = std::nullopt;  // product numel; none = [numel]
 };
 
 struct SafetensorsFile {

@@ -50,11 +50,14 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// The constant's name ("ZRT_TIMEOUT"), or "ZRT_UNKNOWN_STATUS" (zrt_status_string).
+const char* status_code_name(int code);
+
 }  // namespace zrt
 
 // Propagates a failed Status to the caller.
-#define ZRT_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::zrt::Status zrt_status_tmp_ = (expr);        \
+#define ZRT_RETURN_IF_ERROR(expr)                         \
+  do {                                                    \
+    ::zrt::Status zrt_status_tmp_ = (expr);               \
     if (!zrt_status_tmp_.is_ok()) return zrt_status_tmp_; \
   } while (0)

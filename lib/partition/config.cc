@@ -29,8 +29,10 @@ Status validate_partition_options(const PartitionOptions& o) {
     return Status::invalid_argument("config.stage is {}; expected 0, 1, 2 or 3", o.stage);
   }
   if (!is_param_dtype(o.param_dtype)) {
-    return Status::invalid_argument("config.param_dtype is {}; expected f32, f16 or bf16",
-                                    dtype_name(o.param_dtype));
+    return Status::invalid_argument(
+        "config.param_dtype is {}; expected f32, f16 or bf16{}", dtype_name(o.param_dtype),
+        o.param_dtype == ZRT_F64 ? " (float64 parameters are not supported: train in float32)"
+                                 : "");
   }
   if (!is_param_dtype(o.reduce_dtype)) {
     return Status::invalid_argument("config.reduce_dtype is {}; expected f32, f16 or bf16",
@@ -114,6 +116,13 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       }
       o.prefetch_next_step = config->prefetch_next_step != 0;
     }
+    if (ZRT_HAS_FIELD(n, grad_accumulate)) {
+      if (config->grad_accumulate != 0 && config->grad_accumulate != 1) {
+        return Status::invalid_argument("config.grad_accumulate is {}; expected 0 or 1",
+                                        config->grad_accumulate);
+      }
+      o.grad_accumulate = config->grad_accumulate != 0;
+    }
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -137,6 +146,9 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup ? 1 : 0;
   if (ZRT_HAS_FIELD(config->size, prefetch_next_step)) {
     config->prefetch_next_step = o.prefetch_next_step ? 1 : 0;
+  }
+  if (ZRT_HAS_FIELD(config->size, grad_accumulate)) {
+    config->grad_accumulate = o.grad_accumulate ? 1 : 0;
   }
 }
 
@@ -229,6 +241,8 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
       ZRT_RETURN_IF_ERROR(want_flag(&o.step_backup));
     } else if (key == "prefetch_next_step") {
       ZRT_RETURN_IF_ERROR(want_flag(&o.prefetch_next_step));
+    } else if (key == "grad_accumulate") {
+      ZRT_RETURN_IF_ERROR(want_flag(&o.grad_accumulate));
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -269,6 +283,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.no_sync_accumulation ? 1 : 0);
   mix(o.step_backup ? 1 : 0);
   mix(o.prefetch_next_step ? 1 : 0);
+  mix(o.grad_accumulate ? 1 : 0);
   return h;
 }
 

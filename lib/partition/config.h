@@ -55,6 +55,10 @@ struct PartitionOptions {
   // first fetch finds them. Off by default: after a run's last step the gathers go unused, and
   // per-step traffic is then 3P(N-1)/N from the second step on, not in every step.
   bool prefetch_next_step = false;
+  // The framework accumulates into zeroed gradient windows (torch's .grad += ...) instead of
+  // overwriting them. Off by default: the overwrite protocol is the older one, and a window
+  // handed out zeroed costs nothing only because zrt zeroes it while reading it.
+  bool grad_accumulate = false;
 };
 
 // Checks ranges and combinations; messages name the field.

@@ -207,7 +207,9 @@ Status GatherWindow::fetch_into_window(int unit) {
 Status GatherWindow::fetch(int unit) {
   ++stats_.fetches;
   int expected = -1;
-  if (!order_.note(unit, &expected)) {
+  // Only a stage that prefetches follows the recorded order; the others have nothing to warn
+  // about (a framework that reads parameters between steps fetches in any order).
+  if (!order_.note(unit, &expected) && ctx_.policy.gathers_on_fetch()) {
     ZRT_LOG_WARN(
         "partition: fetch of unit {} departs from the order recorded in the first step "
         "(expected {}); prefetching falls back to the declared order",

@@ -15,18 +15,45 @@ namespace {
 // Pieces of gradient at least this large are copied into buckets on the progress thread;
 // smaller ones right away (a task per small piece would cost more than the copy).
 constexpr size_t kDeferredCopyBytes = size_t{64} << 10;
+// grad_accumulate: the window is zeroed behind the copy out of it in runs of this many
+// elements, so each run is still in cache when it is cleared: the clearing costs no extra pass
+// over memory.
+constexpr size_t kDrainElements = size_t{8} << 10;
+
+// Runs `move(begin, n)` over [0, count) in cache-sized runs, each followed by zeroing it in the
+// window when `clear` is set.
+template <typename Move>
+void drain(ElementOps* ops, char* window, size_t elem_size, size_t count, bool clear, Move move) {
+  if (!clear) {
+    move(size_t{0}, count);
+    return;
+  }
+  for (size_t begin = 0; begin < count; begin += kDrainElements) {
+    const size_t n = std::min(kDrainElements, count - begin);
+    move(begin, n);
+    ops->zero(window + begin * elem_size, n * elem_size);
+  }
+}
 }  // namespace
 
 GradientPipeline::GradientPipeline(const PartitionContext& ctx)
     : ctx_(ctx),
       window_reads_(ctx.streams.copy != nullptr &&
                     ctx.options.param_dtype == ctx.options.reduce_dtype),
+      accumulate_(ctx.options.grad_accumulate),
       signalled_(ctx.layout.units().size(), 0),
       pending_(ctx.layout.segment_units()),
       buckets_(static_cast<int>(ctx.buffers.buckets.size()),
                static_cast<int>(ctx.layout.segments().size())),
       grad_fresh_(ctx.layout.segments().size(), 1),
-      window_busy_(ctx.buffers.grad_windows.size(), 0) {}
+      window_busy_(ctx.buffers.grad_windows.size(), 0) {
+  // grad_accumulate hands windows out zeroed: they start so, and every read of one clears what
+  // it read.
+  if (accumulate_) {
+    for (char* window : ctx.buffers.grad_windows)
+      ctx.ops->zero(window, ctx.plan.grad_window * ctx.p_size);
+  }
+}
 
 Status GradientPipeline::grad_data(int param, void** grad) {
   ZRT_RETURN_IF_ERROR(open_grad_window());
@@ -166,7 +193,10 @@ Status GradientPipeline::begin_microbatch() {
   if (microbatch_started_) return Status::ok();
   // The previous micro-batch's reductions read the full gradient buffer in place: let them
   // finish before this one accumulates into it. (Buckets wait for themselves.)
-  if (ctx_.buffers.full_grads != nullptr && reductions_in_flight_) {
+  // Likewise the persistent bucket (stage 3), which has no event of its own and is zeroed as
+  // soon as this micro-batch's first persistent gradient arrives.
+  const bool persistent = ctx_.layout.persistent_segment() >= 0;
+  if ((ctx_.buffers.full_grads != nullptr || persistent) && reductions_in_flight_) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize());
   }
   microbatch_started_ = true;
@@ -188,24 +218,29 @@ GradRoute GradientPipeline::route(int segment) const {
 // grad_ready returns while they travel; grad_data of the next unit waits until the window is
 // read. A segment that other units still fill waits for its copies at its reduction: copies
 // are in order on the copy stream, so the event recorded then covers them too.
-Status GradientPipeline::copy_into_bucket(const UnitPiece& piece, const char* src,
-                                          WindowPass* pass) {
+Status GradientPipeline::copy_into_bucket(const UnitPiece& piece, char* src, WindowPass* pass) {
   const zrt_dtype_t pdt = ctx_.options.param_dtype;
   const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
   Bucket bucket;
   ZRT_RETURN_IF_ERROR(acquire_bucket(piece.segment, &bucket));
   char* out = ctx_.grad_ptr(bucket_data(bucket), piece.piece.segment_offset);
   const size_t count = piece.piece.count;
+  ElementOps* ops = ctx_.ops;
+  const size_t p_size = ctx_.p_size, g_size = ctx_.g_size;
+  const bool clear = accumulate_;
+  char* window = src;
+  auto move = [ops, pdt, gdt, window, out, p_size, g_size](size_t begin, size_t n) {
+    ops->convert(pdt, window + begin * p_size, gdt, out + begin * g_size, n);
+  };
   if (ctx_.streams.copy == nullptr || count * ctx_.p_size < kDeferredCopyBytes) {
-    ctx_.ops->convert(pdt, src, gdt, out, count);
+    drain(ops, window, p_size, count, clear, move);
     return Status::ok();
   }
-  ElementOps* ops = ctx_.ops;
   ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
       *ctx_.streams.copy, count,
-      [ops, pdt, gdt, src, out, p_size = ctx_.p_size, g_size = ctx_.g_size](size_t begin,
-                                                                            size_t n) {
-        ops->convert(pdt, src + begin * p_size, gdt, out + begin * g_size, n);
+      [ops, window, p_size, clear, move](size_t begin, size_t n) {
+        drain(ops, window + begin * p_size, p_size, n, clear,
+              [&move, begin](size_t at, size_t m) { move(begin + at, m); });
       },
       "partition: gradients into a bucket"));
   pass->copies_queued = true;
@@ -220,6 +255,19 @@ Status GradientPipeline::reduce_from_window(int segment, WindowPass* pass) {
   pending_[segment] = ctx_.layout.segment_units(segment);  // this unit alone fills the segment
   ZRT_RETURN_IF_ERROR(reduce_segment(segment, data));
   pass->window_reduced = true;
+  if (accumulate_) {
+    // The reduction read the window in place (no copy to fold the clearing into): clear it on
+    // the reduce-scatter stream behind the reduction and the copy of its owned slice, on the
+    // progress thread, so the training thread makes no pass over it.
+    ElementOps* ops = ctx_.ops;
+    ZRT_RETURN_IF_ERROR(ops->run_on(
+        *ctx_.streams.rs,
+        [ops, data, bytes = seg.numel * ctx_.g_size]() {
+          ops->zero(data, bytes);
+          return Status::ok();
+        },
+        "partition: clear the gradient window (grad_accumulate)"));
+  }
   return Status::ok();
 }
 
@@ -301,18 +349,25 @@ Status GradientPipeline::grad_ready(int unit) {
     const int s = piece.segment;
     const ParamLocation& loc = ctx_.layout.params()[piece.piece.param];
     char* src = ctx_.param_ptr(pass.window, loc.staging_offset + piece.piece.param_offset);
-    if (unwritten) ctx_.ops->zero(src, piece.piece.count * ctx_.p_size);
+    // In grad_accumulate mode the window is zero already.
+    if (unwritten && !accumulate_) ctx_.ops->zero(src, piece.piece.count * ctx_.p_size);
     const bool last_in_segment = i + 1 == pieces.size() || pieces[i + 1].segment != s;
     switch (route(s)) {
       case GradRoute::kReduceFromWindow:
         if (last_in_segment) ZRT_RETURN_IF_ERROR(reduce_from_window(s, &pass));
         continue;
-      case GradRoute::kAccumulateFull:
-        ctx_.ops->accumulate(ctx_.options.param_dtype, src, ctx_.options.reduce_dtype,
-                             ctx_.grad_ptr(ctx_.buffers.full_grads,
-                                           ctx_.segment_start(s) + piece.piece.segment_offset),
-                             piece.piece.count, 1.0);
+      case GradRoute::kAccumulateFull: {
+        char* full = ctx_.grad_ptr(ctx_.buffers.full_grads,
+                                   ctx_.segment_start(s) + piece.piece.segment_offset);
+        ElementOps* ops = ctx_.ops;
+        const zrt_dtype_t pdt = ctx_.options.param_dtype, gdt = ctx_.options.reduce_dtype;
+        const size_t p_size = ctx_.p_size, g_size = ctx_.g_size;
+        drain(ops, src, p_size, piece.piece.count, accumulate_,
+              [ops, pdt, gdt, src, full, p_size, g_size](size_t begin, size_t n) {
+                ops->accumulate(pdt, src + begin * p_size, gdt, full + begin * g_size, n, 1.0);
+              });
         break;
+      }
       case GradRoute::kCopyToBucket:
         ZRT_RETURN_IF_ERROR(copy_into_bucket(piece, src, &pass));
         break;
@@ -326,13 +381,20 @@ Status GradientPipeline::grad_ready(int unit) {
 
 Status GradientPipeline::finish_reductions() {
   if (microbatch_started_) {
+    // Nothing is in flight for these units: the framework never signalled them.
     std::string missing;
     for (size_t u = 0; u < signalled_.size(); ++u) {
       if (!signalled_[u] && ctx_.layout.units()[u].trainable_numel > 0) {
-        missing += fmt::format(" {}", u);
+        missing += fmt::format("{}{}", missing.empty() ? " " : ", ", u);
+        if (u < ctx_.unit_names.size()) missing += fmt::format(" (\"{}\")", ctx_.unit_names[u]);
       }
     }
-    return Status::invalid_usage("the gradients of units{} have not arrived yet", missing);
+    return Status::invalid_usage(
+        "zrt_partition_grad_ready was never called for units{} in this micro-batch ({} of {} "
+        "trainable units signalled): call zrt_partition_grad_ready(pm, unit) for every unit with "
+        "trainable parameters once its gradients are written, even if they went unused (they "
+        "then count as zero)",
+        missing, signalled_count_, ctx_.layout.trainable_units());
   }
   if (!reduced_since_step_) {
     return Status::invalid_usage(

@@ -82,7 +82,7 @@ class GradientPipeline {
   // Makes the window the next unit's gradients go to the open one, once it has been read.
   Status open_grad_window();
   GradRoute route(int segment) const;
-  Status copy_into_bucket(const UnitPiece& piece, const char* src, WindowPass* pass);
+  Status copy_into_bucket(const UnitPiece& piece, char* src, WindowPass* pass);
   Status reduce_from_window(int segment, WindowPass* pass);
   // The unit wrote its part of `segment`: when no unit is left to, reduce it.
   Status segment_written(int segment, WindowPass* pass);
@@ -96,6 +96,8 @@ class GradientPipeline {
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).
   const bool window_reads_;
+  // grad_accumulate: windows are handed out zeroed; each read of a window clears it.
+  const bool accumulate_;
 
   bool sync_ = true;
   int open_unit_ = -1;

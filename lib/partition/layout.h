@@ -32,6 +32,11 @@ struct ParamSpec {
   size_t numel = 0;
   int unit = 0;
   uint32_t flags = 0;  // ZRT_PARAM_*
+  // As registered (zrt_partition_add_param_shaped): the framework's dtype and shape, whose
+  // product is numel. zrt_partition_add_param registers [numel] in param_dtype.
+  zrt_dtype_t dtype = ZRT_F32;
+  std::vector<int64_t> dims = {};
+  bool shaped = false;  // registered with a shape (so a checkpoint's shape must match it)
 };
 
 struct UnitSpec {

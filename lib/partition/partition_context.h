@@ -88,7 +88,8 @@ struct PartitionContext {
 
   // Set by finalize.
   Layout layout;
-  ShardMap shard;  // this rank's pieces (shards == 1: rank 0's)
+  std::vector<std::string> unit_names;  // as registered, for messages (may be empty)
+  ShardMap shard;                       // this rank's pieces (shards == 1: rank 0's)
   BufferPlan plan;
   PartitionBuffers buffers;
   PartitionStreams streams;

@@ -4,6 +4,7 @@
 #include "lib/partition/partition_manager.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "collectives/collectives.h"
 #include "lib/comm/communicator.h"
@@ -11,6 +12,7 @@
 #include "lib/core/log.h"
 #include "lib/engine/device.h"
 #include "lib/engine/engine.h"
+#include "lib/partition/model_agreement.h"
 
 namespace zrt {
 
@@ -56,20 +58,70 @@ Status PartitionManager::add_unit(const std::string& name, int* unit) {
   return Status::ok();
 }
 
-Status PartitionManager::add_param(int unit, const std::string& name, size_t numel, uint32_t flags,
-                                   int* param) {
+Status PartitionManager::register_param(ParamSpec spec, int* param) {
+  const std::string& name = spec.name;
   if (finalized_) {
     return Status::invalid_usage("cannot add param \"{}\": the partition is already finalized",
                                  name);
   }
-  ZRT_RETURN_IF_ERROR(check_unit(unit));
-  if (numel == 0) return Status::invalid_argument("param \"{}\": numel is 0", name);
-  if ((flags & ~(ZRT_PARAM_FROZEN | ZRT_PARAM_UNSHARDED)) != 0) {
-    return Status::invalid_argument("param \"{}\": unknown flags {:#x}", name, flags);
+  ZRT_RETURN_IF_ERROR(check_unit(spec.unit));
+  if (spec.numel == 0) return Status::invalid_argument("param \"{}\": numel is 0", name);
+  if ((spec.flags & ~(ZRT_PARAM_FROZEN | ZRT_PARAM_UNSHARDED)) != 0) {
+    return Status::invalid_argument("param \"{}\": unknown flags {:#x}", name, spec.flags);
   }
-  param_specs_.push_back({name, numel, unit, flags});
+  param_specs_.push_back(std::move(spec));
   *param = static_cast<int>(param_specs_.size()) - 1;
   return Status::ok();
+}
+
+Status PartitionManager::add_param(int unit, const std::string& name, size_t numel, uint32_t flags,
+                                   int* param) {
+  ParamSpec spec{name, numel, unit, flags, ctx_.options.param_dtype, {}, /*shaped=*/false};
+  // A 1-D shape of a numel that int64 cannot hold would not be a shape any framework has.
+  if (numel <= static_cast<size_t>(INT64_MAX)) spec.dims = {static_cast<int64_t>(numel)};
+  return register_param(std::move(spec), param);
+}
+
+Status PartitionManager::add_param_shaped(int unit, const std::string& name, int ndim,
+                                          const int64_t* dims, zrt_dtype_t dtype, uint32_t flags,
+                                          int* param) {
+  if (ndim < 0 || ndim > ZRT_MAX_DIMS) {
+    return Status::invalid_argument("param \"{}\": ndim is {}; expected 0..{} (ZRT_MAX_DIMS)", name,
+                                    ndim, ZRT_MAX_DIMS);
+  }
+  if (ndim > 0 && dims == nullptr) {
+    return Status::invalid_argument("param \"{}\": dims is NULL with ndim {}", name, ndim);
+  }
+  if (dtype == ZRT_F64) {
+    return Status::invalid_argument(
+        "param \"{}\": float64 parameters are not supported (zrt trains f32, f16 and bf16 "
+        "parameters with f32 master weights); register it as float32 (in torch: "
+        "module.float() before sharding)",
+        name);
+  }
+  if (dtype != ZRT_F32 && dtype != ZRT_F16 && dtype != ZRT_BF16) {
+    return Status::invalid_argument(
+        "param \"{}\": dtype {} is not a parameter dtype; expected f32, f16 or bf16", name,
+        dtype_name(dtype));
+  }
+  ParamSpec spec{name, 1, unit, flags, dtype, {}, /*shaped=*/true};
+  for (int d = 0; d < ndim; ++d) {
+    if (dims[d] < 1) {
+      return Status::invalid_argument(
+          "param \"{}\": dims[{}] is {}; every dimension must be at least 1 (zrt parameters "
+          "hold at least one element)",
+          name, d, dims[d]);
+    }
+    const auto dim = static_cast<uint64_t>(dims[d]);
+    if (dim > SIZE_MAX / spec.numel) {
+      return Status::invalid_argument(
+          "param \"{}\": the shape's element count overflows size_t at dims[{}] = {}", name, d,
+          dims[d]);
+    }
+    spec.numel *= static_cast<size_t>(dim);
+    spec.dims.push_back(dims[d]);
+  }
+  return register_param(std::move(spec), param);
 }
 
 // Every rank must have registered the same model with the same configuration, or the
@@ -78,7 +130,9 @@ Status PartitionManager::add_param(int unit, const std::string& name, size_t num
 Status PartitionManager::check_ranks_agree() {
   const int size = ctx_.size;
   if (size == 1) return Status::ok();
-  uint64_t mine[2] = {partition_options_hash(ctx_.options, 0x7a72), ctx_.layout.hash()};
+  // The model digest covers what the layout does not: the registered shapes and dtypes.
+  const uint64_t model = ctx_.layout.hash() ^ model_digest(unit_specs_, param_specs_);
+  uint64_t mine[2] = {partition_options_hash(ctx_.options, 0x7a72), model};
   std::vector<uint64_t> all(2 * static_cast<size_t>(size), 0);
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;
@@ -99,8 +153,8 @@ Status PartitionManager::check_ranks_agree() {
         config_differs);
   }
   if (!model_differs.empty()) {
-    return Status::invalid_usage(
-        "ranks registered different units/parameters: ranks{} differ from rank 0", model_differs);
+    // Every rank saw the same digests, so every rank takes this path together.
+    return explain_model_mismatch(ctx_.comm, unit_specs_, param_specs_, model_differs);
   }
   return Status::ok();
 }
@@ -112,6 +166,7 @@ Status PartitionManager::finalize() {
       Layout::build(ctx_.options, ctx_.size, unit_specs_, param_specs_, &ctx_.layout));
   ZRT_RETURN_IF_ERROR(check_ranks_agree());
   ctx_.plan = plan_buffers(ctx_.options, ctx_.layout);
+  for (const UnitSpec& unit : unit_specs_) ctx_.unit_names.push_back(unit.name);
   ZRT_RETURN_IF_ERROR(resources_.setup(ctx_));
   ctx_.shard = ctx_.layout.shard_map(ctx_.layout.shards() == 1 ? 0 : ctx_.rank);
   window_ = std::make_unique<GatherWindow>(ctx_);
@@ -171,6 +226,12 @@ Status PartitionManager::param_info(int param, zrt_param_info_t* info) const {
   info->last_segment = loc.last_segment;
   info->segment_offset = loc.segment_offset;
   info->view_offset = loc.view_offset;
+  const ParamSpec& spec = param_specs_[param];
+  info->dtype = spec.dtype;
+  info->ndim = static_cast<int>(spec.dims.size());
+  for (int d = 0; d < ZRT_MAX_DIMS; ++d) {
+    info->dims[d] = d < info->ndim ? spec.dims[static_cast<size_t>(d)] : 0;
+  }
   return Status::ok();
 }
 
@@ -227,6 +288,15 @@ Status PartitionManager::param_data(int param, void** data) const {
     *data = ctx_.param_ptr(view, loc.view_offset);
   }
   return Status::ok();
+}
+
+Status PartitionManager::wait_params() {
+  ZRT_RETURN_IF_ERROR(check_finalized("wait_params"));
+  // Everything a step or a load publishes is enqueued on the all-gather stream (conversions,
+  // the stages 1/2 gathers, stage 3's persistent gather); units gathered on fetch have their
+  // own events and are the fetch's business.
+  return ctx_.streams.ag->synchronize().with_context(
+      "waiting for the parameters the last step published");
 }
 
 Status PartitionManager::grad_data(int param, void** grad) {

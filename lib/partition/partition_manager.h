@@ -46,6 +46,8 @@ class PartitionManager {
 
   Status add_unit(const std::string& name, int* unit);
   Status add_param(int unit, const std::string& name, size_t numel, uint32_t flags, int* param);
+  Status add_param_shaped(int unit, const std::string& name, int ndim, const int64_t* dims,
+                          zrt_dtype_t dtype, uint32_t flags, int* param);
   Status finalize();
 
   Status load_param(int param, const void* values, zrt_dtype_t dtype);
@@ -55,6 +57,8 @@ class PartitionManager {
   Status fetch(int unit);
   Status release(int unit);
   Status param_data(int param, void** data) const;
+  // Waits for the parameters the last step or load published (zrt_partition_wait_params).
+  Status wait_params();
   Status grad_data(int param, void** grad);
   Status set_sync(bool sync);
   Status grad_ready(int unit);
@@ -103,6 +107,7 @@ class PartitionManager {
   Status check_finalized(const char* what) const;
   Status check_unit(int unit) const;
   Status check_param(int param) const;
+  Status register_param(ParamSpec spec, int* param);
   // Every rank registered the same model with the same configuration.
   Status check_ranks_agree();
 

@@ -1,10 +1,12 @@
 #include "lib/partition/step_transaction.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "collectives/collectives.h"
 #include "lib/comm/communicator.h"
+#include "lib/core/callback_status.h"
 #include "lib/engine/engine.h"
 #include "lib/partition/gather_window.h"
 #include "lib/partition/gradient_pipeline.h"
@@ -20,7 +22,7 @@ std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first)
     if (codes[r] == ZRT_SUCCESS) continue;
     const auto code = static_cast<zrt_status_t>(codes[r]);
     if (list.empty()) *first = code;
-    list += fmt::format("{}{} ({})", list.empty() ? " " : ", ", r, zrt_status_string(code));
+    list += fmt::format("{}{} ({})", list.empty() ? " " : ", ", r, status_code_name(code));
   }
   return list;
 }
@@ -69,6 +71,35 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   vote.dtype = ZRT_I32;
   vote.op = ZRT_MAX;
   return ctx_.comm.run_internal(vote, what);
+}
+
+Status StepTransaction::exchange_messages(const Status& mine, const std::vector<int32_t>& codes,
+                                          std::string* details) {
+  // Fixed slots, so one all-gather carries them; only on the failure path, never in a step
+  // that succeeds.
+  constexpr size_t kSlot = 1024;
+  const size_t size = static_cast<size_t>(ctx_.size);
+  std::vector<char> slots(kSlot * size, 0);
+  char* own = slots.data() + kSlot * static_cast<size_t>(ctx_.rank);
+  const std::string& text = mine.message();
+  std::copy_n(text.data(), std::min(text.size(), kSlot - 1), own);
+  if (size > 1) {
+    std::vector<char> mine_copy(own, own + kSlot);
+    CollectiveArgs gather;
+    gather.kind = ZRT_COLL_ALL_GATHER;
+    gather.sendbuf = mine_copy.data();
+    gather.recvbuf = slots.data();
+    gather.count = kSlot;
+    gather.dtype = ZRT_U8;
+    ZRT_RETURN_IF_ERROR(
+        ctx_.comm.run_internal(gather, "step: sharing the failing ranks' error messages"));
+  }
+  for (size_t r = 0; r < size; ++r) {
+    if (codes[r] == ZRT_SUCCESS) continue;
+    const char* slot = slots.data() + kSlot * r;
+    *details += fmt::format("; rank {}: {}", r, std::string(slot, strnlen(slot, kSlot)));
+  }
+  return Status::ok();
 }
 
 Status StepTransaction::copy_backup_range(size_t begin, size_t end, Stream* stream) {
@@ -257,7 +288,9 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
   args.num_pieces = ctx_.shard.pieces.size();
   args.step = next;
   take_backup();  // what the fetches' shares did not copy
-  const zrt_status_t code = optimizer(&args, user_data);
+  clear_callback_message();
+  const Status own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+  const zrt_status_t code = own.code();
   backup_.invalidate();
   const bool backed_up = buf.backup_master != nullptr;
   const char* undo = backed_up ? "master and optimizer state were restored"
@@ -267,17 +300,24 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
       exchange_codes(code, "step: agreeing that every rank's optimizer succeeded", &codes);
   if (!voted.is_ok()) {
     restore_backup();
-    return voted.with_context(fmt::format(
-        "step {} (this rank's optimizer returned {}; {} on this rank)", next,
-        zrt_status_string(code), backed_up ? "master and optimizer state were restored" : undo));
+    return voted.with_context(
+        fmt::format("step {} (this rank's optimizer {}; {} on this rank)", next,
+                    own.is_ok() ? "succeeded" : "failed: " + own.message(),
+                    backed_up ? "master and optimizer state were restored" : undo));
   }
   failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
     restore_backup();
+    std::string details;
+    const Status shared = exchange_messages(own, codes, &details);
+    if (!shared.is_ok()) {
+      details = fmt::format(" (their messages could not be shared: {}{})", shared.message(),
+                            own.is_ok() ? "" : "; this rank: " + own.message());
+    }
     return Status::error(first,
                          "step {}: the optimizer callback failed on rank(s){}; {} on every "
-                         "rank, parameters unchanged",
-                         next, failed, undo);
+                         "rank, parameters unchanged{}",
+                         next, failed, undo, details);
   }
 
   // Phase 3: publish. Every rank's optimizer succeeded.

@@ -45,6 +45,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "lib/core/status.h"
@@ -79,6 +80,10 @@ class StepTransaction {
   Status check_step_ready();
   // The step's vote: every rank's code, at its index, on every rank.
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
+  // After a vote with failures: every rank's own message (of its failure), so each rank can
+  // say why the failing ones failed. " rank 1: ..." for each failing rank in *details.
+  Status exchange_messages(const Status& mine, const std::vector<int32_t>& codes,
+                           std::string* details);
   void take_backup();
   Status settle_backup();
   // Copies elements [begin, end) of master and the state slots, seen as one array, into the

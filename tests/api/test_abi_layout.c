@@ -62,7 +62,7 @@ int main(void) {
   FIELD(zrt_comm_stats_t, internal, 40);
   FIELD(zrt_comm_stats_t, per_kind, 72);
 
-  SIZE(zrt_partition_config_t, 104);
+  SIZE(zrt_partition_config_t, 112);
   FIELD(zrt_partition_config_t, size, 0);
   FIELD(zrt_partition_config_t, magic, 8);
   FIELD(zrt_partition_config_t, version, 12);
@@ -81,8 +81,9 @@ int main(void) {
   FIELD(zrt_partition_config_t, no_sync_accumulation, 92);
   FIELD(zrt_partition_config_t, step_backup, 96);
   FIELD(zrt_partition_config_t, prefetch_next_step, 100);
+  FIELD(zrt_partition_config_t, grad_accumulate, 104);
 
-  SIZE(zrt_param_info_t, 56);
+  SIZE(zrt_param_info_t, 128);
   FIELD(zrt_param_info_t, size, 0);
   FIELD(zrt_param_info_t, unit, 8);
   FIELD(zrt_param_info_t, numel, 16);
@@ -92,6 +93,10 @@ int main(void) {
   FIELD(zrt_param_info_t, last_segment, 36);
   FIELD(zrt_param_info_t, segment_offset, 40);
   FIELD(zrt_param_info_t, view_offset, 48);
+  FIELD(zrt_param_info_t, dtype, 56);
+  FIELD(zrt_param_info_t, ndim, 60);
+  FIELD(zrt_param_info_t, dims, 64);
+  expect("ZRT_MAX_DIMS", ZRT_MAX_DIMS, 8);
 
   SIZE(zrt_shard_piece_t, 32);
   FIELD(zrt_shard_piece_t, param, 0);

@@ -90,6 +90,7 @@ static void test_init_functions(void) {
   CHECK(part.no_sync_accumulation == part_macro.no_sync_accumulation);
   CHECK(part.step_backup == part_macro.step_backup);
   CHECK(part.prefetch_next_step == part_macro.prefetch_next_step);
+  CHECK(part.grad_accumulate == part_macro.grad_accumulate && part.grad_accumulate == 0);
 
   /* An older caller's struct: the defaults of the fields it has, nothing past its end. */
   older = offsetof(zrt_partition_config_t, prefetch_next_step);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "zrt/zrt.h"
@@ -12,7 +13,34 @@ TEST(ApiCommon, StatusStringsAreTheConstantNames) {
   EXPECT_STREQ(zrt_status_string(ZRT_SUCCESS), "ZRT_SUCCESS");
   EXPECT_STREQ(zrt_status_string(ZRT_TIMEOUT), "ZRT_TIMEOUT");
   EXPECT_STREQ(zrt_status_string(ZRT_INTERNAL_ERROR), "ZRT_INTERNAL_ERROR");
+  EXPECT_STREQ(zrt_status_string(ZRT_CALLBACK_ERROR), "ZRT_CALLBACK_ERROR");
   EXPECT_STREQ(zrt_status_string(static_cast<zrt_status_t>(1234)), "ZRT_UNKNOWN_STATUS");
+  EXPECT_STREQ(zrt_status_string(static_cast<zrt_status_t>(-1)), "ZRT_UNKNOWN_STATUS");
+  // Every enumerator has its name: none falls through to the unknown one.
+  for (int code = ZRT_SUCCESS; code <= ZRT_CALLBACK_ERROR; ++code) {
+    EXPECT_STRNE(zrt_status_string(static_cast<zrt_status_t>(code)), "ZRT_UNKNOWN_STATUS") << code;
+  }
+}
+
+// zrt_callback_error returns its status and leaves the thread's last error alone (the zrt call
+// that runs the callback reports it: tests/partition/test_partition_framework.cc).
+TEST(ApiCommon, CallbackErrorReturnsItsStatus) {
+  size_t bytes = 0;
+  ASSERT_EQ(zrt_dtype_size(ZRT_DTYPE_COUNT, &bytes), ZRT_INVALID_ARGUMENT);
+  const std::string before = zrt_last_error();
+  EXPECT_EQ(zrt_callback_error("the framework's message"), ZRT_CALLBACK_ERROR);
+  EXPECT_EQ(zrt_callback_error(nullptr), ZRT_CALLBACK_ERROR);
+  EXPECT_EQ(before, zrt_last_error());
+}
+
+// zrt_stream_synchronize(NULL) says how to wait for the default stream instead.
+TEST(ApiCommon, SynchronizingTheNullStreamSaysWhatToDo) {
+  EXPECT_EQ(zrt_stream_synchronize(nullptr), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(zrt_last_error(), "zrt_event_record(event, NULL)"), nullptr)
+      << zrt_last_error();
+  EXPECT_NE(std::strstr(zrt_last_error(), "zrt_stream_create"), nullptr) << zrt_last_error();
+  EXPECT_EQ(zrt_stream_query(nullptr), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(zrt_last_error(), "zrt_event_synchronize"), nullptr) << zrt_last_error();
 }
 
 TEST(ApiCommon, VersionMatchesHeader) {

@@ -125,6 +125,9 @@ TEST(PartitionConfig, SwitchesDefaultAndLoad) {
   expect_switch_loads({"prefetch_next_step", &zrt_partition_config_t::prefetch_next_step,
                        &PartitionOptions::prefetch_next_step,
                        offsetof(zrt_partition_config_t, prefetch_next_step), false});
+  expect_switch_loads({"grad_accumulate", &zrt_partition_config_t::grad_accumulate,
+                       &PartitionOptions::grad_accumulate,
+                       offsetof(zrt_partition_config_t, grad_accumulate), false});
 }
 
 TEST(PartitionConfig, JsonFile) {
