@@ -118,7 +118,9 @@ class ShardedModel:
         owner = {}
         self.units = []
         # The root unit first: its parameters are used around every other unit's forward.
-        root = _Unit(0, "<root>", model)
+        # Named "" so that zrt's exports keep its parameters' names unqualified (the others'
+        # names start with their unit's module path, which zrt then leaves as they are).
+        root = _Unit(0, "", model)
         self.units.append(root)
         for module in modules:
             if id(module) not in names:
