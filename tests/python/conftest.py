@@ -72,3 +72,20 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_pair():
+    """A port P with P and P+1 free, below the ephemeral range (32768-60999 on Linux), so that
+    no connection or bind(0) of this busy machine takes P+1 (zrt's under torchrun) meanwhile."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports in 20000-32000")

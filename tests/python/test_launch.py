@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from conftest import HERE, environment, free_port, launch
+from conftest import HERE, environment, free_port, free_port_pair, launch
 
 WORKER = os.path.join(HERE, "worker_launch.py")
 
@@ -47,7 +47,8 @@ class Torchrun:
     def __init__(self, static, world=2):
         self.world = world
         self.static = static
-        self.master_port = free_port()
+        # torchrun's default MASTER_PORT (29500) is below the ephemeral range; so is this one.
+        self.master_port = free_port_pair()
         endpoint = self.master_port
         while not static and abs(endpoint - self.master_port) <= 1:  # zrt's is MASTER_PORT+1
             endpoint = free_port()
