@@ -16,6 +16,7 @@ packages=(
   libopenblas-dev               # sgemm for the train_lm example's own kernels
   wamerican                     # /usr/share/dict/words: train_lm's corpus
   patchelf                      # RPATHs of the GPU bundle (tests/gpu/bundle.sh)
+  python3-torch python3-pytest  # the python suite (zrt.torch against DDP); use /usr/bin/python3
 )
 
 missing=()

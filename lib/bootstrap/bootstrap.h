@@ -47,7 +47,15 @@ struct EnvRanks {
   bool store_external = false;  // served by the launcher, not by rank 0
   int launcher_fd = -1;         // ZRT_LAUNCHER_FD: zrt-run's lifeline (launcher_watch.h)
   std::string source;           // which family of variables was used ("zrt", "torchrun", ...)
+  // Where store_port came from, for messages: "ZRT_STORE_PORT", "MASTER_PORT", or under
+  // torchrun "MASTER_PORT+1" (torchrun's agent and torch.distributed hold MASTER_PORT itself).
+  std::string store_port_origin;
+  bool under_torchrun = false;  // TORCHELASTIC_RUN_ID is set
 };
+
+// The port zrt's store uses under torchrun when ZRT_STORE_PORT is not set: MASTER_PORT + 1
+// (MASTER_PORT - 1 for 65535). Every rank derives the same one from the same MASTER_PORT.
+int torchrun_store_port(int master_port);
 
 // Reads EnvRanks from the process environment. Errors name the malformed variable.
 Status read_env_ranks(EnvRanks* ranks);

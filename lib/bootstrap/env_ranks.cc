@@ -7,6 +7,12 @@
 // is strict (whole-string decimal, no sign, no spaces): a malformed launcher environment is
 // reported by variable and value rather than guessed at. These are launcher variables, not
 // settings (lib/core/settings.h): they say who this process is, and zrt-run sets them.
+//
+// The store's port. ZRT_STORE_PORT when set (zrt-run sets it, and leaves MASTER_PORT to the
+// framework). Else MASTER_PORT, except under torchrun (TORCHELASTIC_RUN_ID set): there
+// MASTER_PORT is torch's (the agent's TCPStore with static rendezvous, rank 0's
+// torch.distributed store with c10d), so zrt derives its own port from it, the same on every
+// rank, and never competes with torch for it.
 #include <charconv>
 #include <optional>
 #include <string>
@@ -111,6 +117,7 @@ Status read_family(const Family& family, EnvRanks* ranks) {
 }
 
 Status read_store_address(EnvRanks* ranks) {
+  ranks->under_torchrun = get("TORCHELASTIC_RUN_ID").has_value();
   const char* host_name = "ZRT_STORE_ADDR";
   std::optional<std::string> host = get(host_name);
   if (!host) {
@@ -134,6 +141,11 @@ Status read_store_address(EnvRanks* ranks) {
       return Status::invalid_argument("{}={} is not a TCP port (1..65535)", port_name, value);
     }
     ranks->store_port = value;
+    ranks->store_port_origin = port_name;
+    if (ranks->under_torchrun && std::string(port_name) == "MASTER_PORT") {
+      ranks->store_port = torchrun_store_port(value);
+      ranks->store_port_origin = value == 65535 ? "MASTER_PORT-1" : "MASTER_PORT+1";
+    }
   } else if (ranks->size > 1) {
     return Status::invalid_argument(
         "a job of {} ranks needs a rendezvous store, but neither ZRT_STORE_PORT nor MASTER_PORT "
@@ -144,6 +156,10 @@ Status read_store_address(EnvRanks* ranks) {
 }
 
 }  // namespace
+
+int torchrun_store_port(int master_port) {
+  return master_port < 65535 ? master_port + 1 : master_port - 1;
+}
 
 Status read_env_ranks(EnvRanks* ranks) {
   if (ranks == nullptr) return Status::invalid_argument("read_env_ranks: ranks is null");

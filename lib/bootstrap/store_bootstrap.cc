@@ -206,6 +206,37 @@ void StoreBootstrap::say_goodbye() {
   server_->stop();
 }
 
+// Who else may hold the store's port, and what to set, for the messages of a port that cannot
+// be served or reached. torch.distributed's default init and torchrun's agent both serve a
+// TCPStore on MASTER_PORT, which is the usual collision.
+std::string port_hint(const EnvRanks& ranks) {
+  const std::string origin =
+      ranks.store_port_origin.empty() ? "MASTER_PORT" : ranks.store_port_origin;
+  if (origin == "ZRT_STORE_PORT") {
+    return fmt::format(
+        "port {} is ZRT_STORE_PORT; it is held by another program or another zrt job: set "
+        "ZRT_STORE_PORT to a free port",
+        ranks.store_port);
+  }
+  if (origin == "MASTER_PORT") {
+    return fmt::format(
+        "port {} is MASTER_PORT, which is also where the framework's store lives "
+        "(torch.distributed's init_process_group, torchrun's agent): it may hold it; give zrt "
+        "its own port with ZRT_STORE_PORT (zrt-run does), or create the communicator over "
+        "torch's group (zrt.Comm.from_torch, zrt_comm_init_oob)",
+        ranks.store_port);
+  }
+  return fmt::format(
+      "port {} is zrt's, derived as {} under torchrun (torch holds MASTER_PORT itself); it is "
+      "held by another program: set ZRT_STORE_PORT to a free port, the same on every rank",
+      ranks.store_port, origin);
+}
+
+Status with_hint(const Status& status, const std::string& hint) {
+  if (status.is_ok()) return status;
+  return Status::error(status.code(), "{} ({})", status.message(), hint);
+}
+
 }  // namespace
 
 Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,
@@ -235,15 +266,18 @@ Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,
       // MASTER_ADDR may name this host in a way it cannot bind (a NAT or DNS alias): any address.
       Status any = StoreServer::start("", ranks.store_port, ranks.job_token, &server);
       if (!any.is_ok()) {
-        return served.with_context(fmt::format("rank 0 cannot serve the bootstrap store on {}:{}",
-                                               ranks.store_host, ranks.store_port));
+        return with_hint(
+            served.with_context(fmt::format("rank 0 cannot serve the bootstrap store on {}:{}",
+                                            ranks.store_host, ranks.store_port)),
+            port_hint(ranks));
       }
     }
   }
   std::unique_ptr<StoreClient> client;
-  ZRT_RETURN_IF_ERROR(
+  Status connected =
       StoreClient::connect(ranks.store_host, ranks.store_port, ranks.job_token, timeout_ms, &client)
-          .with_context(fmt::format("rank {} of {}", ranks.rank, ranks.size)));
+          .with_context(fmt::format("rank {} of {}", ranks.rank, ranks.size));
+  ZRT_RETURN_IF_ERROR(ranks.rank == 0 ? connected : with_hint(connected, port_hint(ranks)));
   auto created =
       std::make_unique<StoreBootstrap>(ranks, timeout_ms, std::move(server), std::move(client));
   ZRT_RETURN_IF_ERROR(created->init());

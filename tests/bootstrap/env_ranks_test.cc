@@ -52,7 +52,8 @@ class EnvScope {
                                            "ZRT_STORE_ADDR",
                                            "ZRT_STORE_PORT",
                                            "ZRT_JOB_TOKEN",
-                                           "ZRT_STORE_EXTERNAL"};
+                                           "ZRT_STORE_EXTERNAL",
+                                           "TORCHELASTIC_RUN_ID"};
   std::map<std::string, std::string> saved_;
 };
 
@@ -90,6 +91,30 @@ TEST(EnvRanks, Torchrun) {
   EXPECT_EQ(ranks.store_port, 29500);
   EXPECT_EQ(ranks.job_token, "secret");
   EXPECT_TRUE(ranks.store_external);
+}
+
+// Under torchrun (TORCHELASTIC_RUN_ID set) MASTER_PORT is torch's, so zrt's store moves to a
+// port every rank derives alike; ZRT_STORE_PORT still wins.
+TEST(EnvRanks, UnderTorchrunTheStoreDerivesItsPortFromMasterPort) {
+  EnvScope env;
+  env.set("RANK", "1");
+  env.set("WORLD_SIZE", "2");
+  env.set("MASTER_ADDR", "node0");
+  env.set("MASTER_PORT", "29500");
+  env.set("TORCHELASTIC_RUN_ID", "job");
+  EnvRanks ranks;
+  ASSERT_TRUE(read_env_ranks(&ranks).is_ok());
+  EXPECT_TRUE(ranks.under_torchrun);
+  EXPECT_EQ(ranks.store_port, 29501);
+  EXPECT_EQ(ranks.store_port_origin, "MASTER_PORT+1");
+  env.set("MASTER_PORT", "65535");
+  ASSERT_TRUE(read_env_ranks(&ranks).is_ok());
+  EXPECT_EQ(ranks.store_port, 65534);
+  EXPECT_EQ(ranks.store_port_origin, "MASTER_PORT-1");
+  env.set("ZRT_STORE_PORT", "4000");
+  ASSERT_TRUE(read_env_ranks(&ranks).is_ok());
+  EXPECT_EQ(ranks.store_port, 4000);
+  EXPECT_EQ(ranks.store_port_origin, "ZRT_STORE_PORT");
 }
 
 TEST(EnvRanks, ZrtOwnVariablesAndStoreAddressWin) {

@@ -22,10 +22,12 @@
 #include "tools/zrt-run/launcher.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,8 +92,30 @@ std::optional<std::string> random_token() {
   return token;
 }
 
+// A port no one listens on now, for MASTER_PORT: the framework's store (torch.distributed's
+// TCPStore under its default init) binds it in rank 0, as under torchrun, whose agent picks its
+// free port the same way. zrt's own store is on another port (ZRT_STORE_PORT), so the two never
+// compete for one.
+std::optional<int> free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  std::optional<int> port;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
 std::vector<std::string> rank_environment(int rank, const LaunchOptions& options, int port,
-                                          const std::string& token, int lifeline_fd) {
+                                          int master_port, const std::string& token,
+                                          int lifeline_fd) {
   std::vector<std::string> env;
   for (const std::string& text : environment_entries()) {
     const std::string name = text.substr(0, text.find('='));
@@ -102,7 +126,9 @@ std::vector<std::string> rank_environment(int rank, const LaunchOptions& options
   env.push_back(fmt::format("LOCAL_RANK={}", rank));
   env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", options.ranks));
   env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back(fmt::format("MASTER_PORT={}", port));
+  env.push_back(fmt::format("MASTER_PORT={}", master_port));
+  env.push_back("ZRT_STORE_ADDR=127.0.0.1");
+  env.push_back(fmt::format("ZRT_STORE_PORT={}", port));
   env.push_back("ZRT_JOB_TOKEN=" + token);
   env.push_back("ZRT_STORE_EXTERNAL=1");
   env.push_back(fmt::format("ZRT_LAUNCHER_FD={}", lifeline_fd));
@@ -127,7 +153,8 @@ class Job {
   int run();
 
  private:
-  bool start_ranks(int port, const std::string& token, const sigset_t& original_mask);
+  bool start_ranks(int port, int master_port, const std::string& token,
+                   const sigset_t& original_mask);
   bool open_lifeline();
   void signal_all(int signal);
   void begin_termination(const std::string& reason);
@@ -169,7 +196,8 @@ bool Job::open_lifeline() {
   return true;
 }
 
-bool Job::start_ranks(int port, const std::string& token, const sigset_t& original_mask) {
+bool Job::start_ranks(int port, int master_port, const std::string& token,
+                      const sigset_t& original_mask) {
   std::fflush(stdout);
   std::fflush(stderr);
   ranks_.resize(static_cast<size_t>(options_.ranks));
@@ -187,7 +215,8 @@ bool Job::start_ranks(int port, const std::string& token, const sigset_t& origin
     process.rank = rank;
     // Everything the child needs is built before fork(): the store's thread is running, so the
     // child may only make async-signal-safe calls until exec.
-    std::vector<std::string> env = rank_environment(rank, options_, port, token, lifeline_read_);
+    std::vector<std::string> env =
+        rank_environment(rank, options_, port, master_port, token, lifeline_read_);
     if (options_.bind) {
       const auto& extra = binding.environment[static_cast<size_t>(rank)];
       env.insert(env.end(), extra.begin(), extra.end());
@@ -360,7 +389,16 @@ int Job::run() {
     message("cannot serve the rendezvous store: " + served.message());
     return 1;
   }
-  if (!open_lifeline() || !start_ranks(store->port(), *token, original_mask)) {
+  std::optional<int> master_port = options_.master_port;
+  if (*master_port == 0) master_port = free_port();
+  if (!master_port || *master_port == store->port()) {
+    message(
+        fmt::format("cannot find a free port for MASTER_PORT (zrt's store is on {}); "
+                    "choose one with --master-port",
+                    store->port()));
+    return 1;
+  }
+  if (!open_lifeline() || !start_ranks(store->port(), *master_port, *token, original_mask)) {
     exit_code_ = 1;
     begin_termination("launch failed");
   }

@@ -10,7 +10,8 @@ namespace zrt {
 
 struct LaunchOptions {
   int ranks = 1;
-  int port = 0;             // the store's port; 0 = any free port
+  int port = 0;             // zrt's store's port (ZRT_STORE_PORT); 0 = any free port
+  int master_port = 0;      // MASTER_PORT, left to the framework (torch.distributed); 0 = free
   bool prefix = true;       // "[rank] " before every output line
   bool tag_output = false;  // "[rank:stdout] " / "[rank:stderr] " instead
   double timeout_s = 0;     // kill the job after this long; 0 = no limit

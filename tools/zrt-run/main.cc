@@ -33,7 +33,12 @@ int main(int argc, char** argv) {
   app.add_option("-n,--ranks", options.ranks, "number of ranks to start")
       ->required()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--port", options.port, "TCP port of the rendezvous store (0 = any free port)")
+  app.add_option("--port", options.port,
+                 "TCP port of zrt's rendezvous store, ZRT_STORE_PORT (0 = any free port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--master-port", options.master_port,
+                 "MASTER_PORT for the framework's own store, e.g. torch.distributed's default "
+                 "init (0 = a free port)")
       ->check(CLI::Range(0, 65535));
   bool no_prefix = false;
   app.add_flag("--no-prefix", no_prefix, "do not prefix output lines with the rank");

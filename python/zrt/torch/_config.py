@@ -1,0 +1,27 @@
+"""The settings of zrt.torch.shard, a small dataclass in the spirit of FSDP2's policies."""
+import dataclasses
+from typing import Optional
+
+import torch
+
+
+@dataclasses.dataclass
+class ShardConfig:
+    """None keeps zrt's default (zrt.h, ZRT_PARTITION_CONFIG_INIT; docs/API.md says why).
+
+    param_dtype: the dtype the model computes in (bfloat16 for mixed precision; the f32 master
+    stays in zrt). reduce_dtype: gradient buckets and reductions. optimizer_slots: the f32 state
+    tensors per element the optimizer keeps (Adam/AdamW 2, SGD with momentum 1)."""
+    param_dtype: Optional[torch.dtype] = None  # None: the model's dtype
+    reduce_dtype: torch.dtype = torch.float32
+    optimizer_slots: int = 2
+    bucket_bytes: Optional[int] = None
+    prefetch_depth: Optional[int] = None
+    prefetch_bytes: Optional[int] = None
+    max_live_bytes: Optional[int] = None
+    persistence_threshold: Optional[int] = None
+    alignment: Optional[int] = None
+    no_sync_accumulation: bool = False
+    step_backup: bool = True
+    prefetch_next_step: bool = False
+    timeout_s: Optional[float] = None

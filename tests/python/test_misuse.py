@@ -1,0 +1,116 @@
+"""Misuse of zrt.torch: each case returns a status or raises with a message that names the
+argument and what to do; none crashes or hangs."""
+import json
+
+import pytest
+import torch
+
+import zrt
+import zrt.torch as zt
+from conftest import launch
+
+import models
+
+# The callback error status and its message (zrt_callback_error) came with the C API for
+# frameworks; a libzrt without it reports a failed callback as ZRT_INTERNAL_ERROR without the
+# message, which these tests must then show (strict: they fail once the library has it).
+needs_callback_error = pytest.mark.xfail(
+    not zrt._lib.FRAMEWORK_API, strict=True,
+    reason="libzrt without zrt_callback_error/ZRT_CALLBACK_ERROR (the framework API)")
+
+
+def one_rank_comm():
+    return zrt.Comm.from_env()  # no launcher variables: a job of one rank
+
+
+@needs_callback_error
+@pytest.mark.parametrize("stage", [1, 3])
+def test_optimizer_raising_is_a_callback_error_on_every_rank(stage):
+    result = launch(2, "worker_misuse.py", stage)
+    outputs = [json.loads(line.split("RESULT ", 1)[1]) for line in result.stdout.splitlines()
+               if "RESULT " in line]
+    assert len(outputs) == 2, result.stdout + result.stderr
+    for out in outputs:
+        assert out["status"] == "CALLBACK_ERROR", out
+        assert "ValueError: boom from rank 1" in out["message"], out
+        assert "rank 1" in out["message"], out
+        assert out["rolled_back"] and out["step_after_failure"] == 1, out
+        assert out["final_step"] == 3, out
+
+
+def test_float64_parameters_are_refused_with_what_to_do():
+    model = torch.nn.Linear(3, 3).double()
+    comm = one_rank_comm()
+    with pytest.raises(TypeError, match=r"float64.*model\.float\(\)"):
+        zt.shard(model, stage=2, comm=comm)
+    comm.destroy()
+
+
+@needs_callback_error
+def test_too_few_optimizer_slots_names_the_setting():
+    comm = one_rank_comm()
+    model = models.make("mlp")
+    sharded = zt.shard(model, stage=2, comm=comm, config=zt.ShardConfig(optimizer_slots=1))
+    opt = zt.Optimizer(sharded, torch.optim.AdamW, lr=1e-3)
+    x, y = models.batch("mlp", 0, 1, 0)
+    models.loss_of("mlp", model(x), y).backward()
+    with pytest.raises(zrt.ZrtError, match=r"optimizer_slots=2") as raised:
+        opt.step()
+    assert raised.value.status_name == "CALLBACK_ERROR"
+    sharded.close()
+    comm.destroy()
+
+
+def test_overlapping_units_are_refused():
+    comm = one_rank_comm()
+    model = models.make("mlp")
+    with pytest.raises(ValueError, match="overlap"):
+        zt.shard(model, stage=3, units=[model.hidden, model.hidden[0]], comm=comm)
+    comm.destroy()
+
+
+def test_unknown_config_field():
+    with pytest.raises(TypeError, match="no field 'stages'"):
+        zrt.partition_config(stages=3)
+
+
+def test_bad_stage_is_zrt_invalid_argument_with_its_message():
+    comm = one_rank_comm()
+    with pytest.raises(zrt.ZrtError, match="config.stage is 7") as raised:
+        zt.shard(models.make("mlp"), stage=7, comm=comm)
+    assert raised.value.status_name == "INVALID_ARGUMENT"
+    comm.destroy()
+
+
+def test_no_sync_at_stage2_needs_no_sync_accumulation():
+    comm = one_rank_comm()
+    model = models.make("mlp")
+    sharded = zt.shard(model, stage=2, comm=comm)
+    with pytest.raises(zrt.ZrtError, match="no_sync_accumulation") as raised:
+        with sharded.no_sync():
+            pass
+    assert raised.value.status_name == "INVALID_USAGE"
+    sharded.close()
+    comm.destroy()
+
+
+def test_step_without_backward_is_invalid_usage():
+    comm = one_rank_comm()
+    model = models.make("mlp")
+    sharded = zt.shard(model, stage=2, comm=comm)
+    opt = zt.Optimizer(sharded, torch.optim.SGD, lr=0.1)
+    with pytest.raises(zrt.ZrtError) as raised:
+        opt.step()
+    assert raised.value.status_name == "INVALID_USAGE"
+    assert "grad_ready" in raised.value.message or "gradients" in raised.value.message
+    sharded.close()
+    comm.destroy()
+
+
+@needs_callback_error
+def test_oob_allgather_raising_carries_the_python_message():
+    def broken(data):
+        raise ConnectionError("the framework's group is gone")
+
+    with pytest.raises(zrt.ZrtError, match="the framework's group is gone"):
+        zrt.Comm.from_oob(0, 2, broken, timeout_s=5)
