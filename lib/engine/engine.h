@@ -63,6 +63,11 @@ struct EngineOptions {
   // debug and debugoptimized buildtypes, the project's default) and off in release builds.
   // create_progress_engine resolves it: options().check_order is then 0 or 1.
   int check_order = -1;
+  // The default mismatch fingerprint (collectives/fingerprint_check.h), which runs whenever the
+  // checker does not: every collective's first message on each link it uses carries its call, so
+  // mismatched calls fail naming both. Not a setting: off only to measure its cost
+  // (bench/bench_collectives.cc's "fingerprint" mode).
+  bool fingerprint = true;
   // Ring reduce-scatter and all-gather write straight into the right neighbour's mapped inbox
   // (collectives/ring_window.h) instead of sending tagged messages. Only when every rank of the
   // communicator is on this host (the communicator decides; ZRT_WINDOWS=0 turns it off).

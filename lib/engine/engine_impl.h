@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lib/engine/engine.h"
+#include "lib/engine/peer_verdicts.h"
 #include "lib/engine/stream_resources.h"
 
 namespace zrt {
@@ -122,6 +123,7 @@ class EngineImpl final : public ProgressEngine {
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
+  TaskContext context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence);
 
   Transport& transport_;
   const EngineOptions options_;
@@ -141,6 +143,7 @@ class EngineImpl final : public ProgressEngine {
   bool thread_started_ = false;
   bool shut_down_ = false;
   int wake_fd_ = -1;
+  PeerVerdicts verdicts_;  // progress thread
   std::thread thread_;
 };
 

@@ -254,8 +254,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
-  TaskContext context{transport_, options_.rank,  options_.size,    stream.tag_base_,
-                      &resources, stream.index(), stream.sequence_, options_.check_order == 1};
+  TaskContext context = context_for(stream, stream.tag_base_, stream.sequence_);
   return task.start(context);
 }
 
@@ -275,10 +274,8 @@ Status EngineImpl::prepare_next(StreamImpl& stream) {
     stream.queue_.pop_front();
   }
   const uint32_t sequence = stream.resources_.collective_seq;
-  TaskContext context{transport_,         options_.rank,
-                      options_.size,      make_tag_base(false, stream.index(), sequence),
-                      &stream.resources_, stream.index(),
-                      sequence,           options_.check_order == 1};
+  TaskContext context =
+      context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
   return stream.next_->prepare(context).with_context(stream.next_->describe() + " (prepared)");
 }
 
@@ -347,8 +344,21 @@ namespace {
 constexpr std::chrono::microseconds kYieldInterval{100};
 }  // namespace
 
+TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
+  TaskContext context{transport_, options_.rank,  options_.size, tag_base,
+                      &stream.resources_, stream.index(), sequence, options_.check_order == 1};
+  context.fingerprint = options_.fingerprint && options_.check_order != 1;
+  return context;
+}
+
 void EngineImpl::run() {
   log_set_thread_rank(options_.rank);
+  {
+    Status posted = verdicts_.post(transport_, options_.rank, options_.size);
+    if (!posted.is_ok()) fail_engine(posted);
+    Status verdict;
+    if (verdicts_.poll(&verdict)) fail_engine(verdict);
+  }
   auto last_yield = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<StreamImpl>> active;
   std::vector<std::shared_ptr<StreamImpl>> retired;
@@ -411,7 +421,14 @@ void EngineImpl::run() {
 
     // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
     // events pending, and only progress() drains them.
-    if (transport_.progress() > 0) advanced = true;
+    if (transport_.progress() > 0) {
+      advanced = true;
+      Status verdict;
+      if (verdicts_.poll(&verdict)) {
+        fail_engine(verdict);
+        continue;
+      }
+    }
 
     for (const auto& stream : active) {
       if (stream->running_ == nullptr) continue;
@@ -423,15 +440,14 @@ void EngineImpl::run() {
         advanced = true;
       }
       if (status.is_ok()) {
-        TaskContext context{
-            transport_,          options_.rank,   options_.size,     stream->tag_base_,
-            &stream->resources_, stream->index(), stream->sequence_, options_.check_order == 1};
+        TaskContext context = context_for(*stream, stream->tag_base_, stream->sequence_);
         status = task.progress(context, &done);
       }
       if (!status.is_ok()) {
         Status failure =
             status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
         if (task.communicates()) {
+          if (task.tell_peers()) verdicts_.tell(transport_, failure);
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
           {
@@ -501,6 +517,7 @@ void EngineImpl::run() {
       (void)got;
     }
   }
+  verdicts_.close(transport_);
   for (const auto& stream : active) {
     stream->running_.reset();
     stream->next_.reset();

@@ -35,6 +35,9 @@ struct TaskContext {
   uint32_t sequence = 0;
   // Whether collectives exchange and compare fingerprints (EngineOptions::check_order).
   bool check_order = false;
+  // Whether collectives carry the default fingerprint (EngineOptions::fingerprint, when
+  // check_order is off).
+  bool fingerprint = false;
 };
 
 inline constexpr int kTaskTagBits = 16;
@@ -87,6 +90,9 @@ class Task {
   virtual bool wants_prepare() const { return false; }
   virtual Status prepare(TaskContext& /*context*/) { return Status::ok(); }
   virtual bool ready_for_next() const { return false; }
+  // The error the task just failed with is a mismatch that its peers may not see themselves:
+  // the engine sends its message to every peer before failing (lib/engine/peer_verdicts.h).
+  virtual bool tell_peers() const { return false; }
   // For timeout messages: the ranks the task still waits for, e.g. "ranks 2, 3" ("" = unknown).
   virtual std::string waiting_on() const { return ""; }
 };
