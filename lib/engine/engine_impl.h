@@ -144,6 +144,12 @@ class EngineImpl final : public ProgressEngine {
   bool shut_down_ = false;
   int wake_fd_ = -1;
   PeerVerdicts verdicts_;  // progress thread
+  // A peer's verdict waiting until this rank starts the collective it is about (progress
+  // thread; see peer_verdicts.h).
+  bool verdict_pending_ = false;
+  PeerVerdicts::Verdict verdict_;
+  std::chrono::steady_clock::time_point verdict_time_;
+  bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
   std::thread thread_;
 };
 

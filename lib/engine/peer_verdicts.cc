@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <thread>
 
 #include "transports/transport.h"
@@ -19,16 +21,15 @@ Status PeerVerdicts::post(Transport& transport, int rank, int size) {
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Slot& slot = slots_[static_cast<size_t>(peer)];
-    ZRT_RETURN_IF_ERROR(transport
-                            .recv(peer, kVerdictTag, slot.text.data(), slot.text.size() - 1,
-                                  &slot.recv)
-                            .with_context("posting the mismatch-verdict receive"));
+    ZRT_RETURN_IF_ERROR(
+        transport.recv(peer, kVerdictTag, &slot.message, sizeof(slot.message), &slot.recv)
+            .with_context("posting the mismatch-verdict receive"));
     slot.posted = true;
   }
   return Status::ok();
 }
 
-bool PeerVerdicts::poll(Status* verdict) {
+bool PeerVerdicts::poll(Verdict* verdict) {
   if (slots_ == nullptr) return false;
   for (int peer = 0; peer < size_; ++peer) {
     Slot& slot = slots_[static_cast<size_t>(peer)];
@@ -36,22 +37,32 @@ bool PeerVerdicts::poll(Status* verdict) {
     slot.posted = false;
     // A cancelled or failed receive (the peer died, the engine is closing) is no verdict.
     if (!slot.recv.status.is_ok()) continue;
-    const size_t length = std::min(slot.recv.bytes, slot.text.size() - 1);
-    *verdict = Status::error(ZRT_INVALID_USAGE, "rank {} reports: {}", peer,
-                             std::string(slot.text.data(), length));
+    const size_t header = offsetof(Message, text);
+    if (slot.recv.bytes < header) continue;
+    const size_t length = std::min(slot.recv.bytes - header, kVerdictBytes);
+    verdict->failure = Status::error(ZRT_INVALID_USAGE, "rank {} reports: {}", peer,
+                                     std::string(slot.message.text.data(), length));
+    verdict->stream = slot.message.stream;
+    verdict->sequence = slot.message.sequence;
     return true;
   }
   return false;
 }
 
-void PeerVerdicts::tell(Transport& transport, const Status& failure) {
+void PeerVerdicts::tell(Transport& transport, const Status& failure, int stream,
+                        uint32_t sequence) {
   if (sends_ == nullptr || told_) return;
   told_ = true;
-  message_ = failure.message().substr(0, kVerdictBytes - 1);
+  const std::string& text = failure.message();
+  const size_t length = std::min(text.size(), kVerdictBytes);
+  message_.stream = stream;
+  message_.sequence = sequence;
+  std::memcpy(message_.text.data(), text.data(), length);
+  const size_t bytes = offsetof(Message, text) + length;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     TransportCompletion& send = sends_[static_cast<size_t>(peer)];
-    if (!transport.send(peer, kVerdictTag, message_.data(), message_.size(), &send).is_ok()) {
+    if (!transport.send(peer, kVerdictTag, &message_, bytes, &send).is_ok()) {
       send.done = true;  // not posted: nothing to wait for
     }
   }

@@ -5,9 +5,11 @@
 // they would otherwise wait for the failed peer until the timeout.
 //
 // Each engine keeps one receive posted per peer on kVerdictTag for its whole life (a verdict is
-// at most kVerdictBytes of text); the rank that finds a mismatch sends its error's message to
-// every peer before its own engine fails, and a rank whose receive completes fails with "rank R
-// reports: <message>". The receives are cancelled one by one at a normal close
+// at most kVerdictBytes); the rank that finds a mismatch sends the collective's stream and
+// number and its error's message to every peer before its own engine fails, and a rank that
+// receives one fails with "rank R reports: <message>" once it has started that collective
+// itself (or at once if it has no such stream, or kHoldMs later): the collectives before it,
+// which its peers completed, still complete here. The receives are cancelled one by one at a normal close
 // (Transport::cancel_recv), so the transport still says its farewells. Progress thread only.
 #pragma once
 
@@ -32,27 +34,40 @@ class PeerVerdicts {
  public:
   // Posts the receives (nothing at size 1).
   Status post(Transport& transport, int rank, int size);
-  // A verdict that arrived since the last call: *verdict is the failure to take, returns true.
-  bool poll(Status* verdict);
-  // Sends `failure`'s message to every peer and drives the transport until the sends are out
-  // (at most kSendGraceMs: a peer that is gone must not hold this rank's failure back).
-  void tell(Transport& transport, const Status& failure);
+  // A verdict that arrived since the last call: fills what it is about and returns true.
+  struct Verdict {
+    Status failure;
+    int stream = -1;
+    uint32_t sequence = 0;
+  };
+  bool poll(Verdict* verdict);
+  // Sends `failure`'s message, about collective `sequence` of stream `stream`, to every peer and
+  // drives the transport until the sends are out (at most kSendGraceMs: a peer that is gone
+  // must not hold this rank's failure back).
+  void tell(Transport& transport, const Status& failure, int stream, uint32_t sequence);
   // Cancels the receives still posted (a normal close; after cancel_all there are none).
   void close(Transport& transport);
 
   static constexpr int64_t kSendGraceMs = 500;
+  static constexpr int64_t kHoldMs = 2000;
 
  private:
+  // On the wire: the collective, then the message's text.
+  struct Message {
+    int32_t stream = -1;
+    uint32_t sequence = 0;
+    std::array<char, kVerdictBytes> text{};
+  };
   struct Slot {
     TransportCompletion recv;
     bool posted = false;
-    std::array<char, kVerdictBytes> text{};
+    Message message;
   };
   int rank_ = 0;
   int size_ = 1;
   std::unique_ptr<Slot[]> slots_;  // one per rank (this rank's unused); never moves
   std::unique_ptr<TransportCompletion[]> sends_;
-  std::string message_;  // what tell() sends, alive until its sends ended
+  Message message_;  // what tell() sends, alive until its sends ended
   bool told_ = false;
 };
 

@@ -344,6 +344,21 @@ namespace {
 constexpr std::chrono::microseconds kYieldInterval{100};
 }  // namespace
 
+bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {
+  if (std::chrono::steady_clock::now() - verdict_time_ >=
+      std::chrono::milliseconds(PeerVerdicts::kHoldMs)) {
+    return true;
+  }
+  for (const auto& stream : streams) {
+    if ((stream->index() & (kMaxLiveStreams - 1)) != (verdict_.stream & (kMaxLiveStreams - 1))) {
+      continue;
+    }
+    // Started that collective (or a later one): its peers' verdict is about this call.
+    return stream->resources_.collective_seq > verdict_.sequence;
+  }
+  return true;  // no such stream here
+}
+
 TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
   TaskContext context{transport_, options_.rank,  options_.size, tag_base,
                       &stream.resources_, stream.index(), sequence, options_.check_order == 1};
@@ -356,8 +371,6 @@ void EngineImpl::run() {
   {
     Status posted = verdicts_.post(transport_, options_.rank, options_.size);
     if (!posted.is_ok()) fail_engine(posted);
-    Status verdict;
-    if (verdicts_.poll(&verdict)) fail_engine(verdict);
   }
   auto last_yield = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<StreamImpl>> active;
@@ -421,14 +434,7 @@ void EngineImpl::run() {
 
     // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
     // events pending, and only progress() drains them.
-    if (transport_.progress() > 0) {
-      advanced = true;
-      Status verdict;
-      if (verdicts_.poll(&verdict)) {
-        fail_engine(verdict);
-        continue;
-      }
-    }
+    if (transport_.progress() > 0) advanced = true;
 
     for (const auto& stream : active) {
       if (stream->running_ == nullptr) continue;
@@ -447,7 +453,9 @@ void EngineImpl::run() {
         Status failure =
             status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
         if (task.communicates()) {
-          if (task.tell_peers()) verdicts_.tell(transport_, failure);
+          if (task.tell_peers()) {
+            verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
+          }
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
           {
@@ -480,6 +488,17 @@ void EngineImpl::run() {
       }
     }
 
+    // After the tasks: a verdict is about a later collective than the one running here, which
+    // its peers finished, so that one's last completions (delivered with the verdict) count.
+    if (!verdict_pending_ && verdicts_.poll(&verdict_)) {
+      verdict_pending_ = true;
+      verdict_time_ = std::chrono::steady_clock::now();
+    }
+    if (verdict_pending_ && verdict_due(active)) {
+      verdict_pending_ = false;
+      fail_engine(verdict_.failure);
+      continue;
+    }
     if (!transport_failed) {
       Status health = transport_.health();
       if (!health.is_ok()) {
