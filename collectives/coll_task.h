@@ -85,6 +85,8 @@ class CollTask final : public Task {
 
   void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
   void set_local() { local_ = true; }
+  void set_trace(const TraceCall& call) { trace_ = call; }
+  TraceCall trace_call() const override { return trace_; }
   void set_internal() { internal_ = true; }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
   void set_fingerprint(const OrderFingerprint& fingerprint) {
@@ -156,6 +158,7 @@ class CollTask final : public Task {
   OrderCheck check_;
   FingerprintCheck fingerprint_;
   bool tell_peers_ = false;
+  TraceCall trace_;
   Status held_error_;  // a data error waiting for the fingerprint that would name the calls
   std::chrono::steady_clock::time_point held_since_;
 

@@ -14,6 +14,7 @@
 
 #include "lib/engine/engine.h"
 #include "lib/engine/peer_verdicts.h"
+#include "lib/engine/trace_dump.h"
 #include "lib/engine/stream_resources.h"
 
 namespace zrt {
@@ -84,7 +85,7 @@ class EventImpl final : public Event {
   EngineImpl& engine_;
 };
 
-class EngineImpl final : public ProgressEngine {
+class EngineImpl final : public ProgressEngine, public TraceSource {
  public:
   EngineImpl(Transport& transport, const EngineOptions& options);
   ~EngineImpl() override;
@@ -98,6 +99,10 @@ class EngineImpl final : public ProgressEngine {
   void abort(const Status& reason) override;
   Status error() const override;
   CommCounters& counters() override { return counters_; }
+  FlightRecorder& recorder() override { return recorder_; }
+  Status dump_trace(const std::string& dir, const std::string& reason,
+                    std::string* path) override;
+  void dump_on_signal(const std::string& reason) override;
   Transport& transport() override { return transport_; }
   const EngineOptions& options() const override { return options_; }
   Status shutdown() override;
@@ -128,6 +133,10 @@ class EngineImpl final : public ProgressEngine {
   Transport& transport_;
   const EngineOptions options_;
   CommCounters counters_;
+  FlightRecorder recorder_;
+  const int instance_;           // creation number in this process, names the trace file
+  bool trace_registered_ = false;
+  std::atomic<bool> failure_dumped_{false};
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;

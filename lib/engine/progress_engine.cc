@@ -49,11 +49,50 @@ uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence) {
   return tag;
 }
 
+namespace {
+std::atomic<int> g_engine_instances{0};
+}  // namespace
+
 EngineImpl::EngineImpl(Transport& transport, const EngineOptions& options)
-    : transport_(transport), options_(options) {}
+    : transport_(transport),
+      options_(options),
+      recorder_(static_cast<size_t>(std::max(0, options.trace_depth))),
+      instance_(g_engine_instances.fetch_add(1)) {}
 
 EngineImpl::~EngineImpl() {
   (void)shutdown();
+  if (trace_registered_) unregister_trace_source(this);
+}
+
+Status EngineImpl::dump_trace(const std::string& dir, const std::string& reason,
+                              std::string* path) {
+  const std::string& where = dir.empty() ? options_.trace_dir.value_or("") : dir;
+  if (where.empty()) {
+    return Status::invalid_argument(
+        "dump_trace: no directory given and ZRT_TRACE_DIR is unset (name a directory)");
+  }
+  if (recorder_.depth() == 0) {
+    return Status::invalid_usage("dump_trace: the flight recorder is off (ZRT_TRACE_DEPTH=0)");
+  }
+  TraceHeader header;
+  header.rank = options_.rank;
+  header.size = options_.size;
+  header.instance = instance_;
+  header.reason = reason;
+  const std::string file = trace_file_path(where, options_.rank, instance_);
+  ZRT_RETURN_IF_ERROR(write_trace_file(recorder_, header, file));
+  if (path != nullptr) *path = file;
+  return Status::ok();
+}
+
+void EngineImpl::dump_on_signal(const std::string& reason) {
+  std::string path;
+  Status status = dump_trace("", reason, &path);
+  if (status.is_ok()) {
+    ZRT_LOG_WARN("{}: flight recorder written to {}", reason, path);
+  } else {
+    ZRT_LOG_WARN("{}: {}", reason, status.message());
+  }
 }
 
 Status EngineImpl::init() {
@@ -64,6 +103,11 @@ Status EngineImpl::init() {
   if (options_.timeout_ms <= 0) {
     return Status::invalid_argument("engine: timeout_ms must be positive (got {})",
                                     options_.timeout_ms);
+  }
+  if (!options_.trace_dir.value_or("").empty() && recorder_.depth() > 0) {
+    std::string error;
+    if (!register_trace_source(this, &error)) return Status(ZRT_SYSTEM_ERROR, error);
+    trace_registered_ = true;
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Status::system_error("engine: eventfd", errno);
@@ -199,6 +243,15 @@ void EngineImpl::fail_engine(const Status& reason) {
   ZRT_LOG_WARN("communicator failed: {}", reason.message());
   done_cv_.notify_all();
   wake();
+  if (trace_registered_ && !failure_dumped_.exchange(true)) {
+    std::string path;
+    Status dumped = dump_trace("", reason.message(), &path);
+    if (dumped.is_ok()) {
+      ZRT_LOG_WARN("flight recorder written to {}", path);
+    } else {
+      ZRT_LOG_WARN("{}", dumped.message());
+    }
+  }
 }
 
 void EngineImpl::abort(const Status& reason) {
@@ -254,6 +307,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
+  recorder_.started(task.trace_ticket, stream.sequence_);
   TaskContext context = context_for(stream, stream.tag_base_, stream.sequence_);
   return task.start(context);
 }
@@ -292,6 +346,7 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   if (task.check_messages_sent() > 0) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
+  recorder_.finished(task.trace_ticket, true);
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
   stream.started_ = false;
@@ -452,6 +507,7 @@ void EngineImpl::run() {
       if (!status.is_ok()) {
         Status failure =
             status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
+        recorder_.finished(task.trace_ticket, false);
         if (task.communicates()) {
           if (task.tell_peers()) {
             verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
@@ -599,6 +655,16 @@ Status create_progress_engine(Transport& transport, const EngineOptions& options
   EngineOptions resolved = options;
   ZRT_RETURN_IF_ERROR(resolve_check_order(options.check_order, &resolved.check_order));
   ZRT_RETURN_IF_ERROR(resolve_window_geometry(&resolved));
+  if (resolved.trace_depth < 0) {
+    SettingValue depth;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kTraceDepth, &depth));
+    resolved.trace_depth = static_cast<int>(depth.integer);
+  }
+  if (!resolved.trace_dir.has_value()) {
+    SettingValue dir;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kTraceDir, &dir));
+    resolved.trace_dir = dir.text;
+  }
   if (!resolved.all_reduce_algorithm.has_value()) {
     SettingValue algorithm;
     ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &algorithm));

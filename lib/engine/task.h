@@ -8,6 +8,7 @@
 #include <string>
 
 #include "lib/core/status.h"
+#include "lib/engine/flight_recorder.h"
 #include "zrt/zrt.h"
 
 namespace zrt {
@@ -93,6 +94,14 @@ class Task {
   // The error the task just failed with is a mismatch that its peers may not see themselves:
   // the engine sends its message to every peer before failing (lib/engine/peer_verdicts.h).
   virtual bool tell_peers() const { return false; }
+  // What the flight recorder notes of the task (its stream is filled in by the engine).
+  virtual TraceCall trace_call() const {
+    TraceCall call;
+    call.kind = kind();
+    return call;
+  }
+  // The recorder's ticket for this task (FlightRecorder::post); 0 = not recorded.
+  uint64_t trace_ticket = 0;
   // For timeout messages: the ranks the task still waits for, e.g. "ranks 2, 3" ("" = unknown).
   virtual std::string waiting_on() const { return ""; }
 };
