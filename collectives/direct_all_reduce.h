@@ -46,8 +46,8 @@ class DirectAllReduce final : public Phase {
   ReduceSpec spec_;
   char* scratch_ = nullptr;
   size_t segment_elems_ = 0;
-  size_t header_ = 0;  // kFingerprintHeaderBytes with the fingerprint, else 0
-  size_t stride_ = 0;  // header_ + a segment's bytes
+  size_t header_ = 0;   // kFingerprintHeaderBytes with the fingerprint, else 0
+  size_t stride_ = 0;   // header_ + a segment's bytes
   size_t segment_ = 0;  // index of the segment in flight
   size_t segments_ = 0;
   std::vector<PostedOp> sends_;  // per peer rank; sized once at start

@@ -37,12 +37,12 @@ Status FingerprintCheck::compare(const void* data, size_t bytes, int peer) {
   }
   std::memcpy(&theirs, data, sizeof(theirs));
   if (theirs.magic != kOrderFingerprintMagic) {
-    mismatch_ = Status::error(ZRT_INVALID_USAGE,
-                              "collective #{} of stream {}: rank {} sent no fingerprint where rank "
-                              "{} called {} (mismatched collective arguments across ranks, or "
-                              "different zrt builds?)",
-                              mine_.sequence, mine_.stream, peer, mine_.rank,
-                              describe_fingerprint(mine_));
+    mismatch_ =
+        Status::error(ZRT_INVALID_USAGE,
+                      "collective #{} of stream {}: rank {} sent no fingerprint where rank "
+                      "{} called {} (mismatched collective arguments across ranks, or "
+                      "different zrt builds?)",
+                      mine_.sequence, mine_.stream, peer, mine_.rank, describe_fingerprint(mine_));
     return mismatch_;
   }
   if (fingerprints_match(mine_, theirs) && theirs.sequence == mine_.sequence &&
@@ -52,8 +52,8 @@ Status FingerprintCheck::compare(const void* data, size_t bytes, int peer) {
   const std::string where =
       theirs.sequence == mine_.sequence && theirs.stream == mine_.stream
           ? fmt::format("collective #{} of stream {}", mine_.sequence, mine_.stream)
-          : fmt::format("collective #{} of stream {} (rank {}'s #{} of stream {})",
-                        mine_.sequence, mine_.stream, theirs.rank, theirs.sequence, theirs.stream);
+          : fmt::format("collective #{} of stream {} (rank {}'s #{} of stream {})", mine_.sequence,
+                        mine_.stream, theirs.rank, theirs.sequence, theirs.stream);
   mismatch_ = Status::error(ZRT_INVALID_USAGE,
                             "collective mismatch at {}: rank {} called {} where rank {} called {} "
                             "(mismatched collective arguments across ranks)",
@@ -67,9 +67,8 @@ Status FingerprintCheck::post_companion(TaskContext& context) {
   const uint64_t tag = context.tag_base | kFingerprintTag;
   recv_ = TransportCompletion{};
   send_ = TransportCompletion{};
-  ZRT_RETURN_IF_ERROR(
-      context.transport.recv(left_, tag, &theirs_, sizeof(theirs_), &recv_)
-          .with_context(fmt::format("fingerprint: receive from rank {}", left_)));
+  ZRT_RETURN_IF_ERROR(context.transport.recv(left_, tag, &theirs_, sizeof(theirs_), &recv_)
+                          .with_context(fmt::format("fingerprint: receive from rank {}", left_)));
   companion_ = true;
   Status sent = context.transport.send(right_, tag, &mine_, sizeof(mine_), &send_);
   if (!sent.is_ok()) {

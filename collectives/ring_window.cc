@@ -131,8 +131,8 @@ Status RingWindow::arrived(CollTask& task, uint64_t unit, size_t bytes, bool* ok
     const size_t got = ready.completion.bytes;
     uint64_t written = 0;
     if (got == sizeof(FingerprintedReady)) {
-      ZRT_RETURN_IF_ERROR(task.check_fingerprint(&ready_in_[slot].fingerprint,
-                                                 sizeof(OrderFingerprint), left_));
+      ZRT_RETURN_IF_ERROR(
+          task.check_fingerprint(&ready_in_[slot].fingerprint, sizeof(OrderFingerprint), left_));
       written = ready_in_[slot].bytes;
     } else if (got == sizeof(uint64_t)) {
       // A peer without the fingerprint where this rank expects one called something else.

@@ -150,7 +150,8 @@ zrt_status_t zrt_partition_shard_pieces(zrt_partition_t pm, const zrt_shard_piec
 zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit) {
   ZRT_API_BODY("zrt_partition_fetch", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return zrt::api::traced_partition_call(pm, "fetch", unit, [&] { return pm->impl->fetch(unit); });
+    return zrt::api::traced_partition_call(pm, "fetch", unit,
+                                           [&] { return pm->impl->fetch(unit); });
   });
 }
 
@@ -211,8 +212,8 @@ zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_
 zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, void* user_data) {
   ZRT_API_BODY("zrt_partition_step", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return zrt::api::traced_partition_call(
-        pm, "step", -1, [&] { return pm->impl->step(optimizer, user_data); });
+    return zrt::api::traced_partition_call(pm, "step", -1,
+                                           [&] { return pm->impl->step(optimizer, user_data); });
   });
 }
 

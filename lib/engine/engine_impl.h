@@ -14,8 +14,8 @@
 
 #include "lib/engine/engine.h"
 #include "lib/engine/peer_verdicts.h"
-#include "lib/engine/trace_dump.h"
 #include "lib/engine/stream_resources.h"
+#include "lib/engine/trace_dump.h"
 
 namespace zrt {
 
@@ -100,8 +100,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   Status error() const override;
   CommCounters& counters() override { return counters_; }
   FlightRecorder& recorder() override { return recorder_; }
-  Status dump_trace(const std::string& dir, const std::string& reason,
-                    std::string* path) override;
+  Status dump_trace(const std::string& dir, const std::string& reason, std::string* path) override;
   void dump_on_signal(const std::string& reason) override;
   Transport& transport() override { return transport_; }
   const EngineOptions& options() const override { return options_; }
@@ -134,7 +133,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   const EngineOptions options_;
   CommCounters counters_;
   FlightRecorder recorder_;
-  const int instance_;           // creation number in this process, names the trace file
+  const int instance_;  // creation number in this process, names the trace file
   bool trace_registered_ = false;
   std::atomic<bool> failure_dumped_{false};
 

@@ -9,8 +9,8 @@
 // number and its error's message to every peer before its own engine fails, and a rank that
 // receives one fails with "rank R reports: <message>" once it has started that collective
 // itself (or at once if it has no such stream, or kHoldMs later): the collectives before it,
-// which its peers completed, still complete here. The receives are cancelled one by one at a normal close
-// (Transport::cancel_recv), so the transport still says its farewells. Progress thread only.
+// which its peers completed, still complete here. The receives are cancelled one by one at a normal
+// close (Transport::cancel_recv), so the transport still says its farewells. Progress thread only.
 #pragma once
 
 #include <array>

@@ -415,8 +415,8 @@ bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& str
 }
 
 TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
-  TaskContext context{transport_, options_.rank,  options_.size, tag_base,
-                      &stream.resources_, stream.index(), sequence, options_.check_order == 1};
+  TaskContext context{transport_,         options_.rank,  options_.size, tag_base,
+                      &stream.resources_, stream.index(), sequence,      options_.check_order == 1};
   context.fingerprint = options_.fingerprint && options_.check_order != 1;
   return context;
 }

@@ -18,7 +18,7 @@ namespace {
 struct Case {
   const char* name;
   zrt_coll_kind_t kind;
-  size_t count;          // per rank for reduce-scatter and all-gather
+  size_t count;           // per rank for reduce-scatter and all-gather
   zrt_coll_kind_t kind0;  // what rank 0 calls instead
   size_t count0;
   zrt_dtype_t dtype0;
@@ -41,7 +41,8 @@ const Case kCases[] = {
     {"broadcast_dtype", ZRT_COLL_BROADCAST, 50000, ZRT_COLL_BROADCAST, 50000, ZRT_I32, ZRT_SUM,
      "broadcast(50000 x i32", "broadcast(50000 x f32"},
     {"reduce_op", ZRT_COLL_REDUCE, 50000, ZRT_COLL_REDUCE, 50000, ZRT_F32, ZRT_MIN,
-     "reduce(50000 x f32 = 195.3 KiB, min, root 0)", "reduce(50000 x f32 = 195.3 KiB, sum, root 0)"},
+     "reduce(50000 x f32 = 195.3 KiB, min, root 0)",
+     "reduce(50000 x f32 = 195.3 KiB, sum, root 0)"},
 };
 
 CollectiveArgs args_for(zrt_coll_kind_t kind, size_t count, zrt_dtype_t dtype, zrt_op_t op,
@@ -84,9 +85,8 @@ void run_cases(int size, bool windows) {
           const float expected = static_cast<float>(size * (size + 1) / 2);
           for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(out[i], expected) << c.name << " " << i;
 
-          CollectiveArgs args = rank == 0
-                                    ? args_for(c.kind0, c.count0, c.dtype0, c.op0, in, out)
-                                    : args_for(c.kind, c.count, ZRT_F32, ZRT_SUM, in, out);
+          CollectiveArgs args = rank == 0 ? args_for(c.kind0, c.count0, c.dtype0, c.op0, in, out)
+                                          : args_for(c.kind, c.count, ZRT_F32, ZRT_SUM, in, out);
           const Status status = rig.run(args);
           ASSERT_FALSE(status.is_ok()) << c.name << ": rank " << rank << " saw no mismatch";
           EXPECT_EQ(status.code(), ZRT_INVALID_USAGE) << c.name << ": " << status.message();
@@ -101,10 +101,18 @@ void run_cases(int size, bool windows) {
       options);
 }
 
-TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN2) { run_cases(2, true); }
-TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN3) { run_cases(3, true); }
-TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN2) { run_cases(2, false); }
-TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN3) { run_cases(3, false); }
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN2) {
+  run_cases(2, true);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN3) {
+  run_cases(3, true);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN2) {
+  run_cases(2, false);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN3) {
+  run_cases(3, false);
+}
 
 }  // namespace
 }  // namespace zrt::testing

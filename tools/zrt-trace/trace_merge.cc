@@ -84,7 +84,8 @@ Status parse_rank_trace(const std::string& text, const std::string& origin, Rank
     } catch (const nlohmann::json::exception& error) {
       return Status::invalid_argument("{}:{}: not JSON ({})", origin, number, error.what());
     }
-    if (!object.is_object()) return Status::invalid_argument("{}:{}: not an object", origin, number);
+    if (!object.is_object())
+      return Status::invalid_argument("{}:{}: not an object", origin, number);
     try {
       if (!header) {
         if (field<int>(object, "zrt_trace", 0) != 1) {
@@ -140,8 +141,7 @@ Status merge_traces(const std::vector<RankTrace>& traces, MergeReport* report) {
     if (trace.size != result.size || trace.instance != result.instance) {
       return Status::invalid_argument(
           "{} is of another communicator (size {}, instance {}) than {} (size {}, instance {})",
-          trace.origin, trace.size, trace.instance, traces[0].origin, result.size,
-          result.instance);
+          trace.origin, trace.size, trace.instance, traces[0].origin, result.size, result.instance);
     }
     ranks[trace.rank] = &trace;
   }
@@ -197,8 +197,8 @@ Status merge_traces(const std::vector<RankTrace>& traces, MergeReport* report) {
           first_rank = rank;
         } else if (!same_call(*first, *found->second)) {
           divergence.mismatches.push_back(fmt::format(
-              "collective #{} of stream {}: rank {} called {} where rank {} called {}", seq,
-              stream, first_rank, describe_entry(*first), rank, describe_entry(*found->second)));
+              "collective #{} of stream {}: rank {} called {} where rank {} called {}", seq, stream,
+              first_rank, describe_entry(*first), rank, describe_entry(*found->second)));
         }
       }
     }
@@ -207,8 +207,8 @@ Status merge_traces(const std::vector<RankTrace>& traces, MergeReport* report) {
       for (const auto& [rank, sequence] : calls) {
         if (!sequence.empty()) last = std::max(last, sequence.rbegin()->first);
       }
-      out += fmt::format("stream {}: every rank finished its collectives (last #{})\n", stream,
-                         last);
+      out +=
+          fmt::format("stream {}: every rank finished its collectives (last #{})\n", stream, last);
       continue;
     }
     if (stuck >= 0) {
@@ -218,9 +218,10 @@ Status merge_traces(const std::vector<RankTrace>& traces, MergeReport* report) {
         if (found == sequence.end()) {
           divergence.behind.push_back(rank);
           divergence.last_of_behind[rank] =
-              sequence.empty() ? "" : fmt::format("#{} {} ({})", sequence.rbegin()->first,
-                                                  describe_entry(*sequence.rbegin()->second),
-                                                  sequence.rbegin()->second->state);
+              sequence.empty() ? ""
+                               : fmt::format("#{} {} ({})", sequence.rbegin()->first,
+                                             describe_entry(*sequence.rbegin()->second),
+                                             sequence.rbegin()->second->state);
           std::string partition;
           for (const TraceEntry& entry : ranks[rank]->entries) {
             if (entry.partition) {
@@ -259,10 +260,10 @@ Status merge_traces(const std::vector<RankTrace>& traces, MergeReport* report) {
       out += "  MISMATCH: " + mismatch + "\n";
     }
     if (!divergence.behind.empty()) {
-      out += fmt::format("verdict: {} {} behind on stream {}: {} waiting in collective #{} {}\n",
-                         ranks_word(divergence.behind),
-                         divergence.behind.size() == 1 ? "is" : "are", stream,
-                         ranks_word(divergence.waiting), stuck, divergence.call);
+      out +=
+          fmt::format("verdict: {} {} behind on stream {}: {} waiting in collective #{} {}\n",
+                      ranks_word(divergence.behind), divergence.behind.size() == 1 ? "is" : "are",
+                      stream, ranks_word(divergence.waiting), stuck, divergence.call);
     } else if (!missing.empty() && stuck >= 0) {
       out += fmt::format(
           "verdict: {} waiting in collective #{} {} on stream {}; {} wrote no file (the likely "

@@ -53,11 +53,11 @@ std::string describe_entry(const TraceEntry& entry);
 
 struct Divergence {
   int stream = 0;
-  int64_t seq = 0;           // the collective the waiting ranks are in
-  std::string call;          // its description (from a waiting rank)
-  std::vector<int> waiting;  // ranks that started it and did not finish
-  std::vector<int> behind;   // ranks that never posted it
-  std::vector<int> missing;  // ranks without a file
+  int64_t seq = 0;                            // the collective the waiting ranks are in
+  std::string call;                           // its description (from a waiting rank)
+  std::vector<int> waiting;                   // ranks that started it and did not finish
+  std::vector<int> behind;                    // ranks that never posted it
+  std::vector<int> missing;                   // ranks without a file
   std::map<int, std::string> last_of_behind;  // their last call on the stream, or ""
   std::map<int, std::string> last_partition;  // their last partition call, or ""
   std::vector<std::string> mismatches;        // "rank 0 called X where rank 1 called Y"
