@@ -511,6 +511,18 @@ void EngineImpl::run() {
         if (task.communicates()) {
           if (task.tell_peers()) {
             verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
+          } else if (failure.code() == ZRT_REMOTE_ERROR) {
+            // A peer that found a mismatch fails and goes: its verdict names the calls, our
+            // error only the peer's end. It left before its end was noticed; a moment for it.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+            while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
+              if (verdicts_.poll(&verdict_)) {
+                verdict_pending_ = true;
+              } else if (transport_.progress() == 0) {
+                sched_yield();
+              }
+            }
+            if (verdict_pending_) failure = verdict_.failure;
           }
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
