@@ -1,7 +1,7 @@
 // Collective bandwidth at 2 ranks (forked processes over UCX), beside single-thread memcpy of
 // the same size measured in the same run.
 //
-//   build-*/bench/bench_collectives [max_mib=256] [ranks=2] [check]
+//   build-*/bench/bench_collectives [max_mib=256] [ranks=2] [check|fingerprint]
 //
 // For each size S (total bytes: the reduce-scatter input, the all-gather output, the all-reduce
 // buffer) it prints the time per call and nccl-tests' bus bandwidth: algbw = S / t; busbw =
@@ -18,6 +18,9 @@
 // the ceiling is the collective's busbw at that kernel's time (rank 0's). "vs ceiling" is busbw
 // over it: how much of what this machine allows the collective reaches. ZRT_WINDOWS=0 runs the
 // tagged-message rings instead of the window rings (collectives/ring_window.h), for comparison.
+//
+// "fingerprint" measures the default mismatch fingerprint the same way: both communicators
+// without the checker, one without the fingerprint (EngineOptions::fingerprint) and one with it.
 //
 // "check" measures the collective-order checker instead, side by side in one run: every rank
 // opens two communicators over the same ranks (own transport and engine each), one with the
@@ -177,7 +180,8 @@ struct Endpoint {
   zrt::Stream* stream = nullptr;
 };
 
-void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) {
+void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint,
+                   bool fingerprint = true) {
   const int rank = exchange.rank;
   const int size = exchange.size;
   zrt_oob_t oob{sizeof(zrt_oob_t),
@@ -197,6 +201,7 @@ void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint) 
   engine_options.rank = rank;
   engine_options.size = size;
   engine_options.check_order = check_order;
+  engine_options.fingerprint = fingerprint;
   // All ranks are forked on this host: windows as a communicator would choose them, unless
   // ZRT_WINDOWS=0 asks for the tagged-message path (for comparison).
   zrt::SettingValue windows;
@@ -214,12 +219,19 @@ void sync_barrier(zrt::Stream& stream, int rank, int size) {
   check(stream.synchronize(), "barrier");
 }
 
-// The checker's cost: the same calls timed on a communicator without and one with it.
-void run_check_rank(const std::string& dir, int rank, int size, size_t max_mib) {
+// The checker's cost: the same calls timed on a communicator without and one with it. With
+// `fingerprint`, the default fingerprint's instead (collectives/fingerprint_check.h): both
+// communicators run without the checker, one without and one with the fingerprint.
+void run_check_rank(const std::string& dir, int rank, int size, size_t max_mib, bool fingerprint) {
   FileExchange exchange{dir, rank, size, 0};
   Endpoint endpoints[2];
-  open_endpoint(exchange, 0, &endpoints[0]);
-  open_endpoint(exchange, 1, &endpoints[1]);
+  if (fingerprint) {
+    open_endpoint(exchange, 0, &endpoints[0], false);
+    open_endpoint(exchange, 0, &endpoints[1], true);
+  } else {
+    open_endpoint(exchange, 0, &endpoints[0]);
+    open_endpoint(exchange, 1, &endpoints[1]);
+  }
   const size_t max_bytes = max_mib << 20;
   std::vector<char> input(max_bytes, 1), output(max_bytes, 2);
   if (rank == 0) {
@@ -405,7 +417,8 @@ void run_rank(const std::string& dir, int rank, int size, size_t max_mib) {
 int main(int argc, char** argv) {
   const size_t max_mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 256;
   const int size = argc > 2 ? std::atoi(argv[2]) : 2;
-  const bool check_mode = argc > 3 && std::strcmp(argv[3], "check") == 0;
+  const bool fingerprint_mode = argc > 3 && std::strcmp(argv[3], "fingerprint") == 0;
+  const bool check_mode = fingerprint_mode || (argc > 3 && std::strcmp(argv[3], "check") == 0);
   char dir_template[] = "/tmp/zrt-bench-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("mkdtemp");
@@ -417,7 +430,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       if (check_mode) {
-        run_check_rank(dir, rank, size, max_mib);
+        run_check_rank(dir, rank, size, max_mib, fingerprint_mode);
       } else {
         run_rank(dir, rank, size, max_mib);
       }

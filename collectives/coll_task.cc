@@ -10,6 +10,9 @@ Status CollTask::start(TaskContext& context) {
   phase_index_ = 0;
   phases_started_ = false;
   phases_done_ = false;
+  tell_peers_ = false;
+  held_error_ = Status::ok();
+  if (!local_) fingerprint_.start(context);
   if (!local_ && !prepared_) ZRT_RETURN_IF_ERROR(check_.start(context));
   if (check_.active()) return Status::ok();  // the data phases wait for the fingerprints
   return start_phases(context);
@@ -23,14 +26,59 @@ Status CollTask::prepare(TaskContext& context) {
 Status CollTask::start_phases(TaskContext& context) {
   phases_started_ = true;
   if (phase_count_ == 0) return Status::ok();
+  if (fingerprint_.enabled() && !phases_[0]->carries_fingerprint()) {
+    ZRT_RETURN_IF_ERROR(fingerprint_.post_companion(context));
+  }
   return phases_[0]->start(context, *this);
+}
+
+Status CollTask::mismatch_failure() {
+  tell_peers_ = true;
+  return fingerprint_.mismatch();
+}
+
+// The data phases run at once; the task ends only when the left neighbour's fingerprint was
+// examined too. A data error while that fingerprint is still on its way (a short receive, a
+// truncated message: what mismatched counts look like) waits for it a moment, since the
+// fingerprint's mismatch names both calls and the data error does not.
+Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
+  marker_ += static_cast<uint64_t>(fingerprint_.poll_companion());
+  if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
+  if (!held_error_.is_ok()) {
+    const auto waited = std::chrono::steady_clock::now() - held_since_;
+    if (!fingerprint_.awaiting() || waited >= std::chrono::milliseconds(kFingerprintGraceMs)) {
+      return held_error_;
+    }
+    return Status::ok();
+  }
+  if (!phases_done_) {
+    Status status = run_phases(context, &phases_done_);
+    if (!status.is_ok()) {
+      if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
+      if (!fingerprint_.awaiting()) return status;
+      held_error_ = status;
+      held_since_ = std::chrono::steady_clock::now();
+      return Status::ok();
+    }
+  }
+  if (!phases_done_) return Status::ok();
+  if (!fingerprint_.settled()) {
+    waiting_peer_ = fingerprint_.left();
+    return Status::ok();
+  }
+  if (!fingerprint_.peer_error().is_ok()) return fingerprint_.peer_error();
+  *done = true;
+  return Status::ok();
 }
 
 // With the order check, the data phases start only once every checked peer's fingerprint
 // arrived and matched (order_check.h tells why), and the task ends once they are done and the
 // fingerprint sends completed.
 Status CollTask::progress(TaskContext& context, bool* done) {
-  if (!check_.active()) return run_phases(context, done);
+  if (!check_.active()) {
+    if (fingerprint_.enabled()) return run_fingerprinted(context, done);
+    return run_phases(context, done);
+  }
   marker_ += static_cast<uint64_t>(check_.poll(context));
   if (!phases_started_) {
     if (check_.mismatch_ready()) return check_.mismatch();

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "collectives/fingerprint_check.h"
 #include "collectives/order_check.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "lib/engine/stream_resources.h"
@@ -68,6 +70,9 @@ class Phase {
   virtual ~Phase() = default;
   virtual Status start(TaskContext& context, CollTask& task) = 0;
   virtual Status progress(TaskContext& context, CollTask& task, bool* done) = 0;
+  // The phase puts the default fingerprint into its own first messages (window READY(0), the
+  // direct all-reduce's header); otherwise CollTask sends it alongside (fingerprint_check.h).
+  virtual bool carries_fingerprint() const { return false; }
 };
 
 class CollTask final : public Task {
@@ -80,9 +85,14 @@ class CollTask final : public Task {
 
   void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
   void set_local() { local_ = true; }
+  void set_trace(const TraceCall& call) { trace_ = call; }
+  TraceCall trace_call() const override { return trace_; }
   void set_internal() { internal_ = true; }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
-  void set_fingerprint(const OrderFingerprint& fingerprint) { check_.set_fingerprint(fingerprint); }
+  void set_fingerprint(const OrderFingerprint& fingerprint) {
+    check_.set_fingerprint(fingerprint);
+    fingerprint_.set(fingerprint);
+  }
 
   Status start(TaskContext& context) override;
   Status progress(TaskContext& context, bool* done) override;
@@ -103,6 +113,7 @@ class CollTask final : public Task {
   bool wants_prepare() const override { return !local_ && check_.has_fingerprint(); }
   Status prepare(TaskContext& context) override;
   bool ready_for_next() const override { return check_.active() && phases_started_; }
+  bool tell_peers() const override { return tell_peers_; }
 
   // For phases.
   // `data` false: a control message (window notifications and handshake), not counted in
@@ -118,6 +129,14 @@ class CollTask final : public Task {
   void add_received(uint64_t bytes) { bytes_received_ += bytes; }
   // Bytes a phase moved to a peer by plain stores into its mapped memory (ring_window.h).
   void add_sent(uint64_t bytes) { bytes_sent_ += bytes; }
+  // The default fingerprint, for phases that carry it in their own messages.
+  bool fingerprint_on() const { return fingerprint_.enabled(); }
+  const OrderFingerprint& fingerprint() const { return fingerprint_.mine(); }
+  // Compares what `peer` sent as its fingerprint with this task's call: ok, or the mismatch,
+  // which the phase returns (the task then fails with it and tells every peer).
+  Status check_fingerprint(const void* data, size_t bytes, int peer) {
+    return fingerprint_.compare(data, bytes, peer);
+  }
 
  private:
   zrt_coll_kind_t kind_;
@@ -137,9 +156,16 @@ class CollTask final : public Task {
   bool phases_done_ = false;
   bool prepared_ = false;  // prepare() already started the order check
   OrderCheck check_;
+  FingerprintCheck fingerprint_;
+  bool tell_peers_ = false;
+  TraceCall trace_;
+  Status held_error_;  // a data error waiting for the fingerprint that would name the calls
+  std::chrono::steady_clock::time_point held_since_;
 
   Status start_phases(TaskContext& context);
   Status run_phases(TaskContext& context, bool* done);
+  Status run_fingerprinted(TaskContext& context, bool* done);
+  Status mismatch_failure();
 };
 
 // Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0. `final`: out

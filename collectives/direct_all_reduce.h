@@ -7,6 +7,10 @@
 // ranks and from run to run. One round trip instead of 2(N-1) ring steps; N-1 times the bytes
 // of a ring, which is why it serves small messages only. Messages larger than the staging
 // memory allows (N slots) are processed in consecutive segments.
+//
+// With the default fingerprint (fingerprint_check.h) each slot starts with a 64-byte header:
+// a rank copies its input behind its call's fingerprint and sends header and data as one
+// message from its staging, and compares each peer's header before reducing.
 #pragma once
 
 #include <vector>
@@ -25,12 +29,16 @@ class DirectAllReduce final : public Phase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
+  bool carries_fingerprint() const override { return true; }
 
   // Elements per segment for `size` ranks and `scratch_bytes` of staging.
   static size_t segment_elements(int size, size_t scratch_bytes, size_t element_size);
 
  private:
   Status post_segment(TaskContext& context, CollTask& task);
+  // A peer's segment: its header's fingerprint first, then the byte count.
+  Status collect_segment(CollTask& task, int peer, size_t bytes);
+  char* slot(int rank) const { return scratch_ + static_cast<size_t>(rank) * stride_; }
 
   const char* input_;
   char* output_;
@@ -38,6 +46,8 @@ class DirectAllReduce final : public Phase {
   ReduceSpec spec_;
   char* scratch_ = nullptr;
   size_t segment_elems_ = 0;
+  size_t header_ = 0;   // kFingerprintHeaderBytes with the fingerprint, else 0
+  size_t stride_ = 0;   // header_ + a segment's bytes
   size_t segment_ = 0;  // index of the segment in flight
   size_t segments_ = 0;
   std::vector<PostedOp> sends_;  // per peer rank; sized once at start

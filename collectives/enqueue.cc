@@ -109,6 +109,22 @@ std::string describe(const CollectiveArgs& args, const char* name) {
   }
 }
 
+TraceCall trace_call(const CollectiveArgs& args) {
+  TraceCall call;
+  call.kind = args.kind;
+  if (args.kind == ZRT_COLL_BARRIER) return call;
+  call.count = args.count;
+  call.dtype = args.dtype;
+  const bool reduces = args.kind == ZRT_COLL_ALL_REDUCE || args.kind == ZRT_COLL_REDUCE_SCATTER ||
+                       args.kind == ZRT_COLL_REDUCE;
+  if (reduces) call.op = args.premul ? 0xff : args.op;
+  if (args.kind == ZRT_COLL_BROADCAST || args.kind == ZRT_COLL_REDUCE) call.root = args.root;
+  if (args.kind == ZRT_COLL_SEND || args.kind == ZRT_COLL_RECV) call.peer = args.peer;
+  call.purpose = static_cast<int>(args.purpose);
+  call.purpose_id = args.purpose_id;
+  return call;
+}
+
 }  // namespace
 
 Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveArgs& args) {
@@ -227,6 +243,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,
                                          args.kind == ZRT_COLL_SEND);
   if (!p2p) task->set_fingerprint(make_fingerprint(args));
+  task->set_trace(trace_call(args));
   if (args.purpose == Purpose::kInternal) task->set_internal();
   const void* send = args.sendbuf;
   void* recv = args.recvbuf;

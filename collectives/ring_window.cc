@@ -114,7 +114,8 @@ Status RingWindow::post_ready_receives(TaskContext& context, CollTask& task, uin
   while (next_ready_post_ < units_ && next_ready_post_ < next + slots_) {
     const int slot = static_cast<int>(next_ready_post_ % slots_);
     ZRT_RETURN_IF_ERROR(task.post_recv(context, left_, ready_tag(next_ready_post_),
-                                       &ready_in_[slot], sizeof(uint64_t), &ready_recvs_[slot]));
+                                       &ready_in_[slot], sizeof(FingerprintedReady),
+                                       &ready_recvs_[slot]));
     ++next_ready_post_;
   }
   return Status::ok();
@@ -137,16 +138,28 @@ Status RingWindow::arrived(CollTask& task, uint64_t unit, size_t bytes, bool* ok
       return ready.completion.status.with_context(
           fmt::format("window: waiting for chunk {} from rank {}", unit, left_));
     }
-    if (ready.completion.bytes != sizeof(uint64_t)) {
-      return Status::error(ZRT_REMOTE_ERROR, "window: notification of {} bytes from rank {}",
-                           ready.completion.bytes, left_);
+    const size_t got = ready.completion.bytes;
+    uint64_t written = 0;
+    if (got == sizeof(FingerprintedReady)) {
+      ZRT_RETURN_IF_ERROR(
+          task.check_fingerprint(&ready_in_[slot].fingerprint, sizeof(OrderFingerprint), left_));
+      written = ready_in_[slot].bytes;
+    } else if (got == sizeof(uint64_t)) {
+      // A peer without the fingerprint where this rank expects one called something else.
+      if (carries_fingerprint(unit) && task.fingerprint_on()) {
+        ZRT_RETURN_IF_ERROR(task.check_fingerprint(&ready_in_[slot], got, left_));
+      }
+      std::memcpy(&written, &ready_in_[slot], sizeof(written));
+    } else {
+      return Status::error(ZRT_REMOTE_ERROR, "window: notification of {} bytes from rank {}", got,
+                           left_);
     }
     task.advanced();
-    if (ready_in_[slot] != bytes) {
+    if (written != bytes) {
       return Status::error(ZRT_REMOTE_ERROR,
                            "window: rank {} wrote {} bytes for chunk {}, expected {} (mismatched "
                            "collective arguments across ranks?)",
-                           left_, ready_in_[slot], unit, bytes);
+                           left_, written, unit, bytes);
     }
     ready_seen_[slot] = true;
   }
@@ -186,10 +199,18 @@ Status RingWindow::written(TaskContext& context, CollTask& task, uint64_t unit, 
   ZRT_RETURN_IF_ERROR(
       task.post_recv(context, right_, credit_tag(unit), nullptr, 0, &credit_recvs_[slot]));
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  ready_out_[slot] = bytes;
-  ZRT_RETURN_IF_ERROR(task.post_send(context, right_, ready_tag(unit), &ready_out_[slot],
-                                     sizeof(uint64_t), &ready_sends_[slot],
-                                     /*data=*/false));
+  if (carries_fingerprint(unit) && task.fingerprint_on()) {
+    fingerprinted_out_.fingerprint = task.fingerprint();
+    fingerprinted_out_.bytes = bytes;
+    ZRT_RETURN_IF_ERROR(task.post_send(context, right_, ready_tag(unit), &fingerprinted_out_,
+                                       sizeof(fingerprinted_out_), &ready_sends_[slot],
+                                       /*data=*/false));
+  } else {
+    ready_out_[slot] = bytes;
+    ZRT_RETURN_IF_ERROR(task.post_send(context, right_, ready_tag(unit), &ready_out_[slot],
+                                       sizeof(uint64_t), &ready_sends_[slot],
+                                       /*data=*/false));
+  }
   task.add_sent(bytes);
   ++written_;
   task.advanced();

@@ -5,7 +5,9 @@
 // travel as messages:
 //   READY(u)   right-ward, 8 bytes: unit u's chunk is in the neighbour's inbox slot u % S; the
 //              payload is the chunk's byte count, which the reader checks against its own (a
-//              mismatch is an error, as a short receive is on the tagged path);
+//              mismatch is an error, as a short receive is on the tagged path); READY(0) of a
+//              collective's first phase puts the call's fingerprint in front (48 bytes), which
+//              the reader compares before anything else (fingerprint_check.h);
 //   CREDIT(u)  left-ward, empty: the reader is done with slot u % S, the writer may reuse it.
 // A writer fills slot u % S only after CREDIT(u - S), so at most S chunks are in flight per link,
 // and the phase ends only after every chunk it wrote was credited: when it ends, the neighbour's
@@ -91,8 +93,18 @@ class RingWindow {
   bool handshake_started_ = false;
   PostedOp key_send_;
   PostedOp key_recv_;
+  // READY(0) of a collective's first phase carries the default fingerprint in front of the
+  // byte count (fingerprint_check.h): 48 bytes instead of 8. Receives take either.
+  struct FingerprintedReady {
+    OrderFingerprint fingerprint;
+    uint64_t bytes = 0;
+  };
+  static_assert(sizeof(FingerprintedReady) == sizeof(OrderFingerprint) + sizeof(uint64_t));
+  bool carries_fingerprint(uint64_t unit) const { return unit == 0 && tag_offset_ == 0; }
+
   std::array<PostedOp, kMaxSlots> ready_recvs_;
-  std::array<uint64_t, kMaxSlots> ready_in_{};
+  std::array<FingerprintedReady, kMaxSlots> ready_in_{};
+  FingerprintedReady fingerprinted_out_;
   std::array<bool, kMaxSlots> ready_seen_{};
   std::array<PostedOp, kMaxSlots> ready_sends_;
   std::array<uint64_t, kMaxSlots> ready_out_{};

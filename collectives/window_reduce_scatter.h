@@ -29,6 +29,7 @@ class WindowReduceScatter final : public WindowPhase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
+  bool carries_fingerprint() const override { return true; }
 
  private:
   const char* input_chunk(int block, size_t chunk) const;

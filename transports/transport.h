@@ -69,6 +69,10 @@ class Transport {
 
   // Fails every outstanding operation with `reason` (completions are written before return).
   virtual void cancel_all(const Status& reason) = 0;
+  // Cancels one outstanding receive, the one posted with `completion`: it is written (with
+  // `reason`) before return; nothing happens if it already completed. For a receive its owner
+  // gives up at a normal close, where cancel_all would end the communicator (no farewell).
+  virtual void cancel_recv(TransportCompletion* completion, const Status& reason) = 0;
 
   // Memory that peers can access directly (UCX: ucp_mem_map), for arenas and staging buffers.
   // Touched once before return so that first-touch faults never land on the training path.

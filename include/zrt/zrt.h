@@ -425,6 +425,15 @@ ZRT_API zrt_status_t zrt_comm_stats(zrt_comm_t comm, zrt_comm_stats_t* stats);
 /* Sets every counter of the communicator to zero. Thread-safe. Errors: ZRT_INVALID_ARGUMENT. */
 ZRT_API zrt_status_t zrt_comm_stats_reset(zrt_comm_t comm);
 
+/* Writes this rank's flight recorder (its last ZRT_TRACE_DEPTH collectives and partition calls,
+ * each posted, started, done or failed, with times) as the JSON-lines file
+ * <dir>/zrt-trace-r<rank>-c<n>.jsonl, replacing an older one; `tools/zrt-trace <dir>` merges
+ * the files of a job. dir NULL or "" = ZRT_TRACE_DIR. Local (the other ranks write theirs when
+ * they call it, fail, or get SIGUSR1 with ZRT_TRACE_DIR set); works on a failed communicator;
+ * thread-safe. Errors: ZRT_INVALID_ARGUMENT (no directory: dir empty and ZRT_TRACE_DIR unset),
+ * ZRT_INVALID_USAGE (ZRT_TRACE_DEPTH=0), ZRT_SYSTEM_ERROR (the file cannot be written). */
+ZRT_API zrt_status_t zrt_comm_dump_trace(zrt_comm_t comm, const char* dir);
+
 /* ---------------------------------------------------------------------------------------------
  * Partition managers (ZeRO stages 0/1/2/3)
  *

@@ -326,4 +326,12 @@ zrt_status_t zrt_comm_stats_reset(zrt_comm_t comm) {
   });
 }
 
+zrt_status_t zrt_comm_dump_trace(zrt_comm_t comm, const char* dir) {
+  ZRT_API_BODY("zrt_comm_dump_trace", {
+    ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
+    return comm->impl->engine().dump_trace(dir != nullptr ? dir : "", "zrt_comm_dump_trace",
+                                           nullptr);
+  });
+}
+
 }  // extern "C"

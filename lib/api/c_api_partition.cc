@@ -7,6 +7,7 @@
 
 #include "lib/api/api_common.h"
 #include "lib/api/partition_handle.h"
+#include "lib/api/partition_trace.h"
 #include "lib/api/struct_abi.h"
 #include "lib/checkpoint/directory_lock.h"
 #include "lib/partition/config.h"
@@ -163,14 +164,16 @@ zrt_status_t zrt_partition_shard_pieces(zrt_partition_t pm, const zrt_shard_piec
 zrt_status_t zrt_partition_fetch(zrt_partition_t pm, int unit) {
   ZRT_API_BODY("zrt_partition_fetch", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return pm->impl->fetch(unit);
+    return zrt::api::traced_partition_call(pm, "fetch", unit,
+                                           [&] { return pm->impl->fetch(unit); });
   });
 }
 
 zrt_status_t zrt_partition_release(zrt_partition_t pm, int unit) {
   ZRT_API_BODY("zrt_partition_release", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return pm->impl->release(unit);
+    return zrt::api::traced_partition_call(pm, "release", unit,
+                                           [&] { return pm->impl->release(unit); });
   });
 }
 
@@ -207,7 +210,8 @@ zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync) {
 zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit) {
   ZRT_API_BODY("zrt_partition_grad_ready", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return pm->impl->grad_ready(unit);
+    return zrt::api::traced_partition_call(pm, "grad_ready", unit,
+                                           [&] { return pm->impl->grad_ready(unit); });
   });
 }
 
@@ -216,8 +220,10 @@ zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_
     ZRT_RETURN_IF_ERROR(check_pm(pm));
     bool nonfinite = false;
     double value = 0;
-    ZRT_RETURN_IF_ERROR(pm->impl->grad_norm(norm != nullptr ? &value : nullptr,
-                                            has_nonfinite != nullptr ? &nonfinite : nullptr));
+    ZRT_RETURN_IF_ERROR(zrt::api::traced_partition_call(pm, "grad_norm", -1, [&] {
+      return pm->impl->grad_norm(norm != nullptr ? &value : nullptr,
+                                 has_nonfinite != nullptr ? &nonfinite : nullptr);
+    }));
     if (norm != nullptr) *norm = value;
     if (has_nonfinite != nullptr) *has_nonfinite = nonfinite ? 1 : 0;
     return zrt::Status::ok();
@@ -227,7 +233,8 @@ zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_
 zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, void* user_data) {
   ZRT_API_BODY("zrt_partition_step", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return pm->impl->step(optimizer, user_data);
+    return zrt::api::traced_partition_call(pm, "step", -1,
+                                           [&] { return pm->impl->step(optimizer, user_data); });
   });
 }
 

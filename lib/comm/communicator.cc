@@ -54,6 +54,8 @@ Status Communicator::start_engine() {
   engine_options.window_slot_bytes =
       static_cast<size_t>(settings.integer(SettingId::kWindowSlotKib)) << 10;
   engine_options.all_reduce_algorithm = all_reduce_algorithm(settings.text(SettingId::kAlgo));
+  engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
+  engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
   engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));

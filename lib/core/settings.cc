@@ -85,6 +85,21 @@ constexpr SettingSpec kSpecs[] = {
      .doc = "how dead peers are detected: data on shm/cma plus a tcp watcher per peer (hybrid), "
             "data on the watched tcp endpoints (peer), or only the no-progress timeout (none)",
      .accepts = "hybrid|peer|none"},
+    {.id = SettingId::kTraceDepth,
+     .name = "ZRT_TRACE_DEPTH",
+     .type = SettingType::kInt,
+     .default_value = "256",
+     .doc = "flight recorder: the last collectives and partition calls each communicator keeps "
+            "(0 = none)",
+     .min = 0,
+     .max = 1048576},
+    {.id = SettingId::kTraceDir,
+     .name = "ZRT_TRACE_DIR",
+     .type = SettingType::kPath,
+     .default_value = "",
+     .doc = "where each rank writes its flight recorder on a failure, SIGTERM or SIGUSR1 "
+            "(unset: only on request, zrt_comm_dump_trace)",
+     .default_doc = "unset"},
 };
 static_assert(std::size(kSpecs) == kSettingCount);
 
@@ -164,6 +179,9 @@ Status parse_text(const SettingSpec& spec, const char* text, SettingValue* value
       }
       return refuse(spec, text);
     }
+    case SettingType::kPath:
+      value->text = text;
+      return Status::ok();
   }
   return refuse(spec, text);
 }
@@ -197,6 +215,8 @@ std::string setting_accepts(const SettingSpec& spec) {
       }
       return "one of " + names;
     }
+    case SettingType::kPath:
+      return "a directory path";
   }
   return "?";
 }

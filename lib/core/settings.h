@@ -26,6 +26,7 @@ enum class SettingType {
   kInt,      // a decimal integer in [min, max], a multiple of multiple_of
   kSeconds,  // a positive number of seconds (60, 0.5), kept as milliseconds
   kEnum,     // one of the '|'-separated names in accepts; case does not matter
+  kPath,     // a directory path, taken as given (unset or empty: none)
 };
 
 // One per table row, in the table's order.
@@ -39,8 +40,10 @@ enum class SettingId {
   kSimd,
   kCheck,
   kUcxErrMode,
+  kTraceDepth,
+  kTraceDir,
 };
-inline constexpr size_t kSettingCount = 9;
+inline constexpr size_t kSettingCount = 11;
 
 struct SettingSpec {
   SettingId id;

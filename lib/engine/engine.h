@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "lib/core/settings.h"
 #include "lib/core/status.h"
 #include "lib/engine/counters.h"
+#include "lib/engine/flight_recorder.h"
 #include "lib/engine/task.h"
 #include "zrt/zrt.h"
 
@@ -63,6 +65,11 @@ struct EngineOptions {
   // debug and debugoptimized buildtypes, the project's default) and off in release builds.
   // create_progress_engine resolves it: options().check_order is then 0 or 1.
   int check_order = -1;
+  // The default mismatch fingerprint (collectives/fingerprint_check.h), which runs whenever the
+  // checker does not: every collective's first message on each link it uses carries its call, so
+  // mismatched calls fail naming both. Not a setting: off only to measure its cost
+  // (bench/bench_collectives.cc's "fingerprint" mode).
+  bool fingerprint = true;
   // Ring reduce-scatter and all-gather write straight into the right neighbour's mapped inbox
   // (collectives/ring_window.h) instead of sending tagged messages. Only when every rank of the
   // communicator is on this host (the communicator decides; ZRT_WINDOWS=0 turns it off).
@@ -73,6 +80,10 @@ struct EngineOptions {
   // kWindowSlots / kWindowSlotBytes. create_progress_engine resolves them.
   int window_slots = -1;
   size_t window_slot_bytes = 0;
+  // The flight recorder (flight_recorder.h): how many calls it keeps (-1 = ZRT_TRACE_DEPTH) and
+  // where it is written on a failure or a signal (unset = ZRT_TRACE_DIR; "" = only on request).
+  int trace_depth = -1;
+  std::optional<std::string> trace_dir;
   // The all-reduce algorithm (collectives/algorithm.h); unset = ZRT_ALGO, which
   // create_progress_engine reads once, so a bad value fails the engine's creation, not a call.
   std::optional<AllReduceAlgorithm> all_reduce_algorithm;
@@ -103,6 +114,12 @@ class ProgressEngine {
   virtual Status error() const = 0;
 
   virtual CommCounters& counters() = 0;
+  // This communicator's flight recorder; partition calls record into it too.
+  virtual FlightRecorder& recorder() = 0;
+  // Writes the recorder as this rank's file in `dir` ("" = the trace directory, which must then
+  // be set) and returns the file's path in *path (may be NULL). Any thread.
+  virtual Status dump_trace(const std::string& dir, const std::string& reason,
+                            std::string* path) = 0;
   virtual Transport& transport() = 0;
   virtual const EngineOptions& options() const = 0;
 

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "lib/engine/engine.h"
+#include "lib/engine/peer_verdicts.h"
 #include "lib/engine/stream_resources.h"
+#include "lib/engine/trace_dump.h"
 
 namespace zrt {
 
@@ -83,7 +85,7 @@ class EventImpl final : public Event {
   EngineImpl& engine_;
 };
 
-class EngineImpl final : public ProgressEngine {
+class EngineImpl final : public ProgressEngine, public TraceSource {
  public:
   EngineImpl(Transport& transport, const EngineOptions& options);
   ~EngineImpl() override;
@@ -97,6 +99,9 @@ class EngineImpl final : public ProgressEngine {
   void abort(const Status& reason) override;
   Status error() const override;
   CommCounters& counters() override { return counters_; }
+  FlightRecorder& recorder() override { return recorder_; }
+  Status dump_trace(const std::string& dir, const std::string& reason, std::string* path) override;
+  void dump_on_signal(const std::string& reason) override;
   Transport& transport() override { return transport_; }
   const EngineOptions& options() const override { return options_; }
   Status shutdown() override;
@@ -128,10 +133,15 @@ class EngineImpl final : public ProgressEngine {
   Status acquire_staging(StreamImpl& stream);
   void return_scratch(StreamImpl& stream);
   void free_scratch_pool();  // after the thread stopped
+  TaskContext context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence);
 
   Transport& transport_;
   const EngineOptions options_;
   CommCounters counters_;
+  FlightRecorder recorder_;
+  const int instance_;  // creation number in this process, names the trace file
+  bool trace_registered_ = false;
+  std::atomic<bool> failure_dumped_{false};
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
@@ -149,6 +159,13 @@ class EngineImpl final : public ProgressEngine {
   int wake_fd_ = -1;
   std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
   size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
+  PeerVerdicts verdicts_;  // progress thread
+  // A peer's verdict waiting until this rank starts the collective it is about (progress
+  // thread; see peer_verdicts.h).
+  bool verdict_pending_ = false;
+  PeerVerdicts::Verdict verdict_;
+  std::chrono::steady_clock::time_point verdict_time_;
+  bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
   std::thread thread_;
 };
 

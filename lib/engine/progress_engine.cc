@@ -49,11 +49,50 @@ uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence) {
   return tag;
 }
 
+namespace {
+std::atomic<int> g_engine_instances{0};
+}  // namespace
+
 EngineImpl::EngineImpl(Transport& transport, const EngineOptions& options)
-    : transport_(transport), options_(options) {}
+    : transport_(transport),
+      options_(options),
+      recorder_(static_cast<size_t>(std::max(0, options.trace_depth))),
+      instance_(g_engine_instances.fetch_add(1)) {}
 
 EngineImpl::~EngineImpl() {
   (void)shutdown();
+  if (trace_registered_) unregister_trace_source(this);
+}
+
+Status EngineImpl::dump_trace(const std::string& dir, const std::string& reason,
+                              std::string* path) {
+  const std::string& where = dir.empty() ? options_.trace_dir.value_or("") : dir;
+  if (where.empty()) {
+    return Status::invalid_argument(
+        "dump_trace: no directory given and ZRT_TRACE_DIR is unset (name a directory)");
+  }
+  if (recorder_.depth() == 0) {
+    return Status::invalid_usage("dump_trace: the flight recorder is off (ZRT_TRACE_DEPTH=0)");
+  }
+  TraceHeader header;
+  header.rank = options_.rank;
+  header.size = options_.size;
+  header.instance = instance_;
+  header.reason = reason;
+  const std::string file = trace_file_path(where, options_.rank, instance_);
+  ZRT_RETURN_IF_ERROR(write_trace_file(recorder_, header, file));
+  if (path != nullptr) *path = file;
+  return Status::ok();
+}
+
+void EngineImpl::dump_on_signal(const std::string& reason) {
+  std::string path;
+  Status status = dump_trace("", reason, &path);
+  if (status.is_ok()) {
+    ZRT_LOG_WARN("{}: flight recorder written to {}", reason, path);
+  } else {
+    ZRT_LOG_WARN("{}: {}", reason, status.message());
+  }
 }
 
 Status EngineImpl::init() {
@@ -64,6 +103,11 @@ Status EngineImpl::init() {
   if (options_.timeout_ms <= 0) {
     return Status::invalid_argument("engine: timeout_ms must be positive (got {})",
                                     options_.timeout_ms);
+  }
+  if (!options_.trace_dir.value_or("").empty() && recorder_.depth() > 0) {
+    std::string error;
+    if (!register_trace_source(this, &error)) return Status(ZRT_SYSTEM_ERROR, error);
+    trace_registered_ = true;
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Status::system_error("engine: eventfd", errno);
@@ -202,6 +246,15 @@ void EngineImpl::fail_engine(const Status& reason) {
   ZRT_LOG_WARN("communicator failed: {}", reason.message());
   done_cv_.notify_all();
   wake();
+  if (trace_registered_ && !failure_dumped_.exchange(true)) {
+    std::string path;
+    Status dumped = dump_trace("", reason.message(), &path);
+    if (dumped.is_ok()) {
+      ZRT_LOG_WARN("flight recorder written to {}", path);
+    } else {
+      ZRT_LOG_WARN("{}", dumped.message());
+    }
+  }
 }
 
 void EngineImpl::abort(const Status& reason) {
@@ -242,8 +295,8 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
-  TaskContext context{transport_, options_.rank,  options_.size,    stream.tag_base_,
-                      &resources, stream.index(), stream.sequence_, options_.check_order == 1};
+  recorder_.started(task.trace_ticket, stream.sequence_);
+  TaskContext context = context_for(stream, stream.tag_base_, stream.sequence_);
   return task.start(context);
 }
 
@@ -263,10 +316,8 @@ Status EngineImpl::prepare_next(StreamImpl& stream) {
     stream.queue_.pop_front();
   }
   const uint32_t sequence = stream.resources_.collective_seq;
-  TaskContext context{transport_,         options_.rank,
-                      options_.size,      make_tag_base(false, stream.index(), sequence),
-                      &stream.resources_, stream.index(),
-                      sequence,           options_.check_order == 1};
+  TaskContext context =
+      context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
   return stream.next_->prepare(context).with_context(stream.next_->describe() + " (prepared)");
 }
 
@@ -283,6 +334,7 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   if (task.check_messages_sent() > 0) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
+  recorder_.finished(task.trace_ticket, true);
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
   stream.started_ = false;
@@ -379,8 +431,34 @@ namespace {
 constexpr std::chrono::microseconds kYieldInterval{100};
 }  // namespace
 
+bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {
+  if (std::chrono::steady_clock::now() - verdict_time_ >=
+      std::chrono::milliseconds(PeerVerdicts::kHoldMs)) {
+    return true;
+  }
+  for (const auto& stream : streams) {
+    if ((stream->index() & (kMaxLiveStreams - 1)) != (verdict_.stream & (kMaxLiveStreams - 1))) {
+      continue;
+    }
+    // Started that collective (or a later one): its peers' verdict is about this call.
+    return stream->resources_.collective_seq > verdict_.sequence;
+  }
+  return true;  // no such stream here
+}
+
+TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
+  TaskContext context{transport_,         options_.rank,  options_.size, tag_base,
+                      &stream.resources_, stream.index(), sequence,      options_.check_order == 1};
+  context.fingerprint = options_.fingerprint && options_.check_order != 1;
+  return context;
+}
+
 void EngineImpl::run() {
   log_set_thread_rank(options_.rank);
+  {
+    Status posted = verdicts_.post(transport_, options_.rank, options_.size);
+    if (!posted.is_ok()) fail_engine(posted);
+  }
   auto last_yield = std::chrono::steady_clock::now();
   std::vector<std::shared_ptr<StreamImpl>> active;
   std::vector<std::shared_ptr<StreamImpl>> retired;
@@ -455,15 +533,29 @@ void EngineImpl::run() {
         advanced = true;
       }
       if (status.is_ok()) {
-        TaskContext context{
-            transport_,          options_.rank,   options_.size,     stream->tag_base_,
-            &stream->resources_, stream->index(), stream->sequence_, options_.check_order == 1};
+        TaskContext context = context_for(*stream, stream->tag_base_, stream->sequence_);
         status = task.progress(context, &done);
       }
       if (!status.is_ok()) {
         Status failure =
             status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
+        recorder_.finished(task.trace_ticket, false);
         if (task.communicates()) {
+          if (task.tell_peers()) {
+            verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
+          } else if (failure.code() == ZRT_REMOTE_ERROR) {
+            // A peer that found a mismatch fails and goes: its verdict names the calls, our
+            // error only the peer's end. It left before its end was noticed; a moment for it.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+            while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
+              if (verdicts_.poll(&verdict_)) {
+                verdict_pending_ = true;
+              } else if (transport_.progress() == 0) {
+                sched_yield();
+              }
+            }
+            if (verdict_pending_) failure = verdict_.failure;
+          }
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
           {
@@ -496,6 +588,17 @@ void EngineImpl::run() {
       }
     }
 
+    // After the tasks: a verdict is about a later collective than the one running here, which
+    // its peers finished, so that one's last completions (delivered with the verdict) count.
+    if (!verdict_pending_ && verdicts_.poll(&verdict_)) {
+      verdict_pending_ = true;
+      verdict_time_ = std::chrono::steady_clock::now();
+    }
+    if (verdict_pending_ && verdict_due(active)) {
+      verdict_pending_ = false;
+      fail_engine(verdict_.failure);
+      continue;
+    }
     if (!transport_failed) {
       Status health = transport_.health();
       if (!health.is_ok()) {
@@ -533,6 +636,7 @@ void EngineImpl::run() {
       (void)got;
     }
   }
+  verdicts_.close(transport_);
   for (const auto& stream : active) {
     stream->running_.reset();
     stream->next_.reset();
@@ -596,6 +700,16 @@ Status create_progress_engine(Transport& transport, const EngineOptions& options
   EngineOptions resolved = options;
   ZRT_RETURN_IF_ERROR(resolve_check_order(options.check_order, &resolved.check_order));
   ZRT_RETURN_IF_ERROR(resolve_window_geometry(&resolved));
+  if (resolved.trace_depth < 0) {
+    SettingValue depth;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kTraceDepth, &depth));
+    resolved.trace_depth = static_cast<int>(depth.integer);
+  }
+  if (!resolved.trace_dir.has_value()) {
+    SettingValue dir;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kTraceDir, &dir));
+    resolved.trace_dir = dir.text;
+  }
   if (!resolved.all_reduce_algorithm.has_value()) {
     SettingValue algorithm;
     ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &algorithm));

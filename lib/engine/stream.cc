@@ -20,6 +20,11 @@ Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
     if (!engine_.accepting_locked()) {
       return Status::invalid_usage("stream {}: the progress engine was shut down", index_);
     }
+    if (task->communicates()) {
+      TraceCall call = task->trace_call();
+      call.stream = index_;
+      task->trace_ticket = engine_.recorder().post(call);
+    }
     queue_.push_back(std::move(task));
     ++enqueued_;
   }

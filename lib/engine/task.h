@@ -8,6 +8,7 @@
 #include <string>
 
 #include "lib/core/status.h"
+#include "lib/engine/flight_recorder.h"
 #include "zrt/zrt.h"
 
 namespace zrt {
@@ -35,6 +36,9 @@ struct TaskContext {
   uint32_t sequence = 0;
   // Whether collectives exchange and compare fingerprints (EngineOptions::check_order).
   bool check_order = false;
+  // Whether collectives carry the default fingerprint (EngineOptions::fingerprint, when
+  // check_order is off).
+  bool fingerprint = false;
 };
 
 inline constexpr int kTaskTagBits = 16;
@@ -87,6 +91,17 @@ class Task {
   virtual bool wants_prepare() const { return false; }
   virtual Status prepare(TaskContext& /*context*/) { return Status::ok(); }
   virtual bool ready_for_next() const { return false; }
+  // The error the task just failed with is a mismatch that its peers may not see themselves:
+  // the engine sends its message to every peer before failing (lib/engine/peer_verdicts.h).
+  virtual bool tell_peers() const { return false; }
+  // What the flight recorder notes of the task (its stream is filled in by the engine).
+  virtual TraceCall trace_call() const {
+    TraceCall call;
+    call.kind = kind();
+    return call;
+  }
+  // The recorder's ticket for this task (FlightRecorder::post); 0 = not recorded.
+  uint64_t trace_ticket = 0;
   // For timeout messages: the ranks the task still waits for, e.g. "ranks 2, 3" ("" = unknown).
   virtual std::string waiting_on() const { return ""; }
 };

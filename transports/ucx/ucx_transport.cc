@@ -179,6 +179,7 @@ class UcxTransport final : public Transport {
   int event_fd() const override { return event_fd_; }
   Status health() const override { return health_; }
   void cancel_all(const Status& reason) override;
+  void cancel_recv(TransportCompletion* completion, const Status& reason) override;
   Status alloc_registered(size_t bytes, void** buffer) override {
     return memory_->alloc(bytes, buffer);
   }
@@ -670,6 +671,30 @@ void UcxTransport::close_endpoints() {
                    name_, closing.size(), timeout_ms_);
       break;
     }
+  }
+}
+
+void UcxTransport::cancel_recv(TransportCompletion* completion, const Status& reason) {
+  UcxOp* target = nullptr;
+  for (UcxOp* op : outstanding_.snapshot()) {
+    if (op->is_recv && op->completion == completion) target = op;
+  }
+  if (target == nullptr) return;
+  target->has_reason = true;
+  target->reason = reason;
+  ucp_request_cancel(worker_->worker(), target->request);
+  // UCX calls back from progress; completion->done is ours (the op record may be reused).
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(std::min<int64_t>(timeout_ms_, 1000));
+  while (!completion->done && Clock::now() < deadline) {
+    if (ucp_worker_progress(worker_->worker()) == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  if (!completion->done && outstanding_.contains(target) && target->completion == completion) {
+    target->completion = nullptr;  // detached: UCX's late callback writes nothing
+    completion->status = reason;
+    completion->done = true;
   }
 }
 

@@ -1,0 +1,135 @@
+// The default mismatch fingerprint (collectives/fingerprint_check.h), with the order checker
+// off: every kind of mismatched call (op, dtype, kind, count) fails on every rank, at N = 2 and
+// 3, through the window rings and the tagged-message paths, with a message naming both calls
+// (the ranks that saw it directly, the others through the peer verdict); matched calls before
+// it give the right results.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/collectives/rig.h"
+#include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
+
+namespace zrt::testing {
+namespace {
+
+struct Case {
+  const char* name;
+  zrt_coll_kind_t kind;
+  size_t count;           // per rank for reduce-scatter and all-gather
+  zrt_coll_kind_t kind0;  // what rank 0 calls instead
+  size_t count0;
+  zrt_dtype_t dtype0;
+  zrt_op_t op0;
+  const char* theirs;  // in rank 0's call's description
+  const char* ours;    // in the other ranks' description
+};
+
+const Case kCases[] = {
+    {"op_ring", ZRT_COLL_ALL_REDUCE, 300000, ZRT_COLL_ALL_REDUCE, 300000, ZRT_F32, ZRT_MAX,
+     "f32 = 1.1 MiB, max)", "f32 = 1.1 MiB, sum)"},
+    {"op_direct", ZRT_COLL_ALL_REDUCE, 1000, ZRT_COLL_ALL_REDUCE, 1000, ZRT_F32, ZRT_MAX,
+     "1000 x f32 = 3.9 KiB, max)", "1000 x f32 = 3.9 KiB, sum)"},
+    {"dtype", ZRT_COLL_ALL_REDUCE, 300000, ZRT_COLL_ALL_REDUCE, 300000, ZRT_I32, ZRT_SUM,
+     "300000 x i32", "300000 x f32"},
+    {"kind", ZRT_COLL_ALL_GATHER, 100000, ZRT_COLL_REDUCE_SCATTER, 100000, ZRT_F32, ZRT_SUM,
+     "reduce_scatter(100000 x f32", "all_gather(100000 x f32"},
+    {"count", ZRT_COLL_ALL_GATHER, 100000, ZRT_COLL_ALL_GATHER, 100001, ZRT_F32, ZRT_SUM,
+     "all_gather(100001 x f32", "all_gather(100000 x f32"},
+    {"broadcast_dtype", ZRT_COLL_BROADCAST, 50000, ZRT_COLL_BROADCAST, 50000, ZRT_I32, ZRT_SUM,
+     "broadcast(50000 x i32", "broadcast(50000 x f32"},
+    {"reduce_op", ZRT_COLL_REDUCE, 50000, ZRT_COLL_REDUCE, 50000, ZRT_F32, ZRT_MIN,
+     "reduce(50000 x f32 = 195.3 KiB, min, root 0)",
+     "reduce(50000 x f32 = 195.3 KiB, sum, root 0)"},
+};
+
+CollectiveArgs args_for(zrt_coll_kind_t kind, size_t count, zrt_dtype_t dtype, zrt_op_t op,
+                        std::vector<float>& in, std::vector<float>& out) {
+  CollectiveArgs args;
+  args.kind = kind;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  args.root = 0;
+  args.sendbuf = in.data();
+  args.recvbuf = out.data();
+  return args;
+}
+
+size_t count_of(const std::string& text, const std::string& word) {
+  size_t found = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    ++found;
+  }
+  return found;
+}
+
+void run_cases(int size, bool windows) {
+  RankOptions options;
+  options.env["ZRT_CHECK"] = "0";
+  options.deadline_ms = 240000;
+  expect_ranks_pass(
+      size,
+      [windows](int rank, int size) {
+        for (const Case& c : kCases) {
+          Rig rig;
+          rig.windows = windows;
+          const std::string name = std::string("fp_") + c.name + (windows ? "_w" : "_t");
+          ASSERT_OK(rig.init(rank, size, name, 20000));
+          const size_t total = 300001 * static_cast<size_t>(size);
+          std::vector<float> in(total, 1.0f + static_cast<float>(rank)), out(total, 0.0f);
+          // A matched call first: the fingerprint leaves it alone.
+          ASSERT_OK(rig.run(args_for(ZRT_COLL_ALL_REDUCE, 1000, ZRT_F32, ZRT_SUM, in, out)));
+          const float expected = static_cast<float>(size * (size + 1) / 2);
+          for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(out[i], expected) << c.name << " " << i;
+
+          CollectiveArgs args = rank == 0 ? args_for(c.kind0, c.count0, c.dtype0, c.op0, in, out)
+                                          : args_for(c.kind, c.count, ZRT_F32, ZRT_SUM, in, out);
+          const Status status = rig.run(args);
+          ASSERT_FALSE(status.is_ok()) << c.name << ": rank " << rank << " saw no mismatch";
+          EXPECT_EQ(status.code(), ZRT_INVALID_USAGE) << c.name << ": " << status.message();
+          const std::string& message = status.message();
+          EXPECT_GE(count_of(message, " called "), 2u) << c.name << ": " << message;
+          EXPECT_NE(message.find(c.theirs), std::string::npos) << c.name << ": " << message;
+          EXPECT_NE(message.find(c.ours), std::string::npos) << c.name << ": " << message;
+          EXPECT_NE(message.find("collective #1 of stream 0"), std::string::npos)
+              << c.name << ": " << message;
+          // Every rank has its error before any closes: a rank whose transport goes while a
+          // peer still copies from it (UCX's cma) takes that peer down (issue 21's item 2).
+          const char* run_dir = std::getenv("ZRT_TEST_RUN_DIR");
+          const std::string base = std::string(run_dir != nullptr ? run_dir : "/tmp") + "/" + name;
+          std::ofstream(base + "." + std::to_string(rank)) << "done\n";
+          for (int peer = 0; peer < size; ++peer) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (!std::filesystem::exists(base + "." + std::to_string(peer)) &&
+                   std::chrono::steady_clock::now() < until) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+          }
+        }
+      },
+      options);
+}
+
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN2) {
+  run_cases(2, true);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughWindowsN3) {
+  run_cases(3, true);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN2) {
+  run_cases(2, false);
+}
+TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN3) {
+  run_cases(3, false);
+}
+
+}  // namespace
+}  // namespace zrt::testing
