@@ -52,10 +52,8 @@ def _load():
 
 lib, library_path = _load()
 
-# The C API for frameworks (issue 16: shapes, accumulating windows, wait_params, callback errors)
-# came in one release; its structs grew by appended fields, which this binding declares only
-# when the library has them (a struct larger than the library knows is refused).
-FRAMEWORK_API = hasattr(lib, "zrt_callback_error")
+# The structs below are zrt.h's, field for field (tests/python/test_abi.py compares them with
+# the layout tests/api/test_abi_layout.c pins).
 
 # --- enums ------------------------------------------------------------------------------------
 SUCCESS, IN_PROGRESS, INVALID_ARGUMENT, INVALID_USAGE, SYSTEM_ERROR = 0, 1, 2, 3, 4
@@ -101,17 +99,16 @@ class PartitionConfig(ctypes.Structure):
                 ("max_live_bytes", size_t), ("persistence_threshold", size_t),
                 ("alignment", size_t), ("mem_kind", ctypes.c_int),
                 ("no_sync_accumulation", ctypes.c_int), ("step_backup", ctypes.c_int),
-                ("prefetch_next_step", ctypes.c_int)] + (
-                    [("grad_accumulate", ctypes.c_int)] if FRAMEWORK_API else [])
+                ("prefetch_next_step", ctypes.c_int), ("offload_optimizer", ctypes.c_int),
+                ("grad_accumulate", ctypes.c_int)]
 
 
 class ParamInfo(ctypes.Structure):
     _fields_ = [("size", size_t), ("unit", ctypes.c_int), ("numel", size_t),
                 ("flags", ctypes.c_uint32), ("resident", ctypes.c_int),
                 ("first_segment", ctypes.c_int), ("last_segment", ctypes.c_int),
-                ("segment_offset", size_t), ("view_offset", size_t)] + (
-                    [("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
-                     ("dims", ctypes.c_int64 * MAX_DIMS)] if FRAMEWORK_API else [])
+                ("segment_offset", size_t), ("view_offset", size_t), ("dtype", ctypes.c_int),
+                ("ndim", ctypes.c_int), ("dims", ctypes.c_int64 * MAX_DIMS)]
 
 
 class ShardPiece(ctypes.Structure):
@@ -136,7 +133,11 @@ class PartitionMemory(ctypes.Structure):
         "full_params", "param_shard", "gradients", "grad_shard", "master", "optimizer_state",
         "buckets", "gather_window", "grad_staging", "model_state", "total")] + [
             ("theoretical_model_state", ctypes.c_double), ("parameters", ctypes.c_uint64),
-            ("padded_parameters", ctypes.c_uint64), ("step_backup", ctypes.c_uint64)]
+            ("padded_parameters", ctypes.c_uint64), ("step_backup", ctypes.c_uint64),
+            ("device_model_state", ctypes.c_uint64), ("device_total", ctypes.c_uint64),
+            ("host_model_state", ctypes.c_uint64), ("host_total", ctypes.c_uint64),
+            ("theoretical_device_model_state", ctypes.c_double),
+            ("theoretical_host_model_state", ctypes.c_double)]
 
 
 class PartitionStats(ctypes.Structure):
@@ -200,22 +201,13 @@ _prototypes = {
     "zrt_partition_load": (status_t, [handle, ctypes.c_char_p]),
     "zrt_partition_export_full": (status_t, [handle, ctypes.c_char_p, ctypes.c_int]),
     "zrt_partition_get_step": (status_t, [handle, P(ctypes.c_int64)]),
+    "zrt_callback_error": (status_t, [ctypes.c_char_p]),
+    "zrt_partition_add_param_shaped": (status_t, [handle, ctypes.c_int, ctypes.c_char_p,
+                                                  ctypes.c_int, P(ctypes.c_int64), ctypes.c_int,
+                                                  ctypes.c_uint32, P(ctypes.c_int)]),
+    "zrt_partition_wait_params": (status_t, [handle]),
 }
-if FRAMEWORK_API:
-    _prototypes.update({
-        "zrt_callback_error": (status_t, [ctypes.c_char_p]),
-        "zrt_partition_add_param_shaped": (status_t, [handle, ctypes.c_int, ctypes.c_char_p,
-                                                      ctypes.c_int, P(ctypes.c_int64),
-                                                      ctypes.c_int, ctypes.c_uint32,
-                                                      P(ctypes.c_int)]),
-        "zrt_partition_wait_params": (status_t, [handle]),
-    })
 for _name, (_restype, _argtypes) in _prototypes.items():
     _function = getattr(lib, _name)
     _function.restype = _restype
     _function.argtypes = _argtypes
-
-
-def has(name):
-    """Whether this libzrt exports `name` (newer calls are used when present)."""
-    return hasattr(lib, name)

@@ -38,8 +38,6 @@ def call(name, *args):
 def callback_failed(error):
     """What a zrt callback returns for a Python exception (one must never cross ctypes): the
     exception's text as the callback's message (zrt_callback_error, which zrt shows with the
-    failing rank on every rank), or ZRT_INTERNAL_ERROR from a library without it."""
+    failing rank on every rank)."""
     text = f"{type(error).__name__}: {error}".encode(errors="replace")
-    if _lib.FRAMEWORK_API:
-        return _lib.lib.zrt_callback_error(text)
-    return _lib.INTERNAL_ERROR
+    return _lib.lib.zrt_callback_error(text)

@@ -46,13 +46,7 @@ class Partition:
         return param.value
 
     def add_param_shaped(self, unit, name, shape, dtype, flags=_lib.PARAM_DEFAULT):
-        """With its shape and the framework's dtype (needs the framework API; else add_param
-        with the element count)."""
-        if not _lib.FRAMEWORK_API:
-            numel = 1
-            for dim in shape:
-                numel *= dim
-            return self.add_param(unit, name, numel, flags)
+        """With its shape and the framework's dtype."""
         param = ctypes.c_int()
         dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
         call("zrt_partition_add_param_shaped", self.handle, unit, name.encode(), len(shape), dims,

@@ -11,19 +11,10 @@ from conftest import launch
 
 import models
 
-# The callback error status and its message (zrt_callback_error) came with the C API for
-# frameworks; a libzrt without it reports a failed callback as ZRT_INTERNAL_ERROR without the
-# message, which these tests must then show (strict: they fail once the library has it).
-needs_callback_error = pytest.mark.xfail(
-    not zrt._lib.FRAMEWORK_API, strict=True,
-    reason="libzrt without zrt_callback_error/ZRT_CALLBACK_ERROR (the framework API)")
-
-
 def one_rank_comm():
     return zrt.Comm.from_env()  # no launcher variables: a job of one rank
 
 
-@needs_callback_error
 @pytest.mark.parametrize("stage", [1, 3])
 def test_optimizer_raising_is_a_callback_error_on_every_rank(stage):
     result = launch(2, "worker_misuse.py", stage)
@@ -46,7 +37,6 @@ def test_float64_parameters_are_refused_with_what_to_do():
     comm.destroy()
 
 
-@needs_callback_error
 def test_too_few_optimizer_slots_names_the_setting():
     comm = one_rank_comm()
     model = models.make("mlp")
@@ -107,7 +97,6 @@ def test_step_without_backward_is_invalid_usage():
     comm.destroy()
 
 
-@needs_callback_error
 def test_oob_allgather_raising_carries_the_python_message():
     def broken(data):
         raise ConnectionError("the framework's group is gone")

@@ -89,7 +89,6 @@ def read_safetensors(path):
     return out
 
 
-@pytest.mark.skipif(not zrt._lib.FRAMEWORK_API, reason="needs libzrt with parameter shapes")
 def test_export_has_real_shapes_and_loads_into_the_model(tmp_path):
     comm = zrt.Comm.from_env()
     model = models.make("gpt")

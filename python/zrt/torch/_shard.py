@@ -156,9 +156,8 @@ class ShardedModel:
                       mem_kind=_lib.MEM_CUDA if self.device.type == "cuda" else _lib.MEM_HOST,
                       no_sync_accumulation=int(c.no_sync_accumulation),
                       step_backup=int(c.step_backup),
-                      prefetch_next_step=int(c.prefetch_next_step))
-        if _lib.FRAMEWORK_API:
-            fields["grad_accumulate"] = 1  # autograd adds into .grad, the window itself
+                      prefetch_next_step=int(c.prefetch_next_step),
+                      grad_accumulate=1)  # autograd adds into .grad, the window itself
         for name in ("bucket_bytes", "prefetch_depth", "prefetch_bytes", "max_live_bytes",
                      "persistence_threshold", "alignment"):
             value = getattr(c, name)
@@ -352,13 +351,7 @@ class ShardedModel:
         """Every resident parameter holds this step's values from now until the next step
         (stages 1/2 publish them in the background after a step), so that they can be read
         at any time: evaluation, state_dict."""
-        if _lib.FRAMEWORK_API:
-            self.pm.wait_params()
-        else:  # a library without zrt_partition_wait_params: a fetch waits for its unit
-            for unit in self.units:
-                if not unit.fetched:
-                    self._fetch(unit)
-                    self._release(unit)
+        self.pm.wait_params()
 
     def state_dict(self):
         """The full parameters as copies, by the model's parameter names, in param_dtype. Call
