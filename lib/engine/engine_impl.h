@@ -159,7 +159,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   int wake_fd_ = -1;
   std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
   size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
-  PeerVerdicts verdicts_;  // progress thread
+  PeerVerdicts verdicts_;            // progress thread
   // A peer's verdict waiting until this rank starts the collective it is about (progress
   // thread; see peer_verdicts.h).
   bool verdict_pending_ = false;

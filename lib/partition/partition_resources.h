@@ -53,7 +53,7 @@ class PartitionResources {
   Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
 
   std::unique_ptr<Arena> arena_;
-  std::unique_ptr<Arena> host_arena_;  // offload_optimizer only
+  std::unique_ptr<Arena> host_arena_;            // offload_optimizer only
   std::unique_ptr<MappedWindow> mapped_window_;  // stage 3 with stable addresses
   std::unique_ptr<ElementOps> ops_;
   std::unique_ptr<ElementOps> host_ops_;   // offload beside CUDA parameters: the CPU's ops
