@@ -22,18 +22,21 @@
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"
 #include "tests/harness/status_assert.h"
+#include "tests/partition/straddling_model.h"
 #include "zrt/zrt.h"
 
 namespace zrt::testing {
 namespace {
 
-constexpr int kUnits = 3;
+using straddling::forward_backward;
+using straddling::kUnits;
+using straddling::read_params;
+using straddling::Run;
+using straddling::same_bytes;
+using straddling::unit_numel;
+
 constexpr zrt_status_t kFailure = ZRT_SYSTEM_ERROR;  // what the failing callback returns
 constexpr int kVictimExit = 3;
-
-size_t unit_numel(int u) {
-  return 300 + 7 * static_cast<size_t>(u);
-}
 
 std::string run_dir() {
   const char* dir = std::getenv("ZRT_TEST_RUN_DIR");
@@ -72,71 +75,11 @@ zrt_status_t optimizer_fn(const zrt_optimizer_args_t* a, void* user) {
   return ZRT_SUCCESS;
 }
 
-struct Run {
-  zrt_comm_t comm = nullptr;
-  zrt_partition_t pm = nullptr;
-  std::vector<int> params;
-  int rank = 0;
-};
-
 void make_pm(Run* run, int stage, int step_backup) {
-  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  zrt_partition_config_t config = straddling::model_config();
   config.stage = stage;
   config.step_backup = step_backup;
-  config.bucket_bytes = 1024;          // several buckets, parameters straddle them
-  config.persistence_threshold = 305;  // stage 3: unit 0 stays gathered (persistent segment)
-  config.alignment = 4;
-  ASSERT_OK(zrt_partition_create(run->comm, &config, &run->pm));
-  for (int u = 0; u < kUnits; ++u) {
-    int unit = 0, param = 0;
-    ASSERT_OK(zrt_partition_add_unit(run->pm, "layer", &unit));
-    ASSERT_OK(zrt_partition_add_param(run->pm, unit, "w", unit_numel(u), 0, &param));
-    run->params.push_back(param);
-  }
-  ASSERT_OK(zrt_partition_finalize(run->pm));
-  for (int u = 0; u < kUnits; ++u) {
-    std::vector<float> values(unit_numel(u));
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.01f * static_cast<float>(i % 97) - u;
-    ASSERT_OK(zrt_partition_load_param(run->pm, run->params[u], values.data(), ZRT_F32));
-  }
-}
-
-// Forward and backward of one step: gradients depend on the step, the rank and the parameters.
-void forward_backward(Run* run, int step) {
-  std::vector<std::vector<float>> values(kUnits);
-  for (int u = 0; u < kUnits; ++u) {
-    ASSERT_OK(zrt_partition_fetch(run->pm, u));
-    void* data = nullptr;
-    ASSERT_OK(zrt_partition_param_data(run->pm, run->params[u], &data));
-    values[u].assign(static_cast<float*>(data), static_cast<float*>(data) + unit_numel(u));
-    ASSERT_OK(zrt_partition_release(run->pm, u));
-  }
-  for (int u = kUnits - 1; u >= 0; --u) {
-    ASSERT_OK(zrt_partition_fetch(run->pm, u));
-    void* grad = nullptr;
-    ASSERT_OK(zrt_partition_grad_data(run->pm, run->params[u], &grad));
-    float* g = static_cast<float*>(grad);
-    for (size_t i = 0; i < unit_numel(u); ++i) {
-      g[i] = 0.5f * values[u][i] + 0.01f * static_cast<float>((step + 1) * (run->rank + 1));
-    }
-    ASSERT_OK(zrt_partition_grad_ready(run->pm, u));
-    ASSERT_OK(zrt_partition_release(run->pm, u));
-  }
-}
-
-// Every parameter's full data, as the framework sees it.
-std::vector<float> read_params(Run* run) {
-  std::vector<float> all;
-  for (int u = 0; u < kUnits; ++u) {
-    EXPECT_OK(zrt_partition_fetch(run->pm, u));
-    void* data = nullptr;
-    EXPECT_OK(zrt_partition_param_data(run->pm, run->params[u], &data));
-    if (data != nullptr) {
-      all.insert(all.end(), static_cast<float*>(data), static_cast<float*>(data) + unit_numel(u));
-    }
-    EXPECT_OK(zrt_partition_release(run->pm, u));
-  }
-  return all;
+  straddling::create(run, config);
 }
 
 // Master then each state slot, copied from the live buffers the callback recorded.
@@ -144,10 +87,6 @@ std::vector<float> read_shard(const Optimizer& o) {
   std::vector<float> all(o.master, o.master + o.count);
   for (float* s : o.state) all.insert(all.end(), s, s + o.count);
   return all;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void init_comm(Run* run, int rank, int size, const std::string& name) {
