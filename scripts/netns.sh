@@ -15,6 +15,10 @@
 #   scripts/netns.sh shape NAME I RATE        limit host I's link to RATE each way (tc tbf,
 #                                             e.g. 1gbit); RATE "none" removes the limit
 #
+# Everything that runs on one host must start from one exec, as one ssh session starts a node's
+# launcher: two execs on the same host are two boots of it (separate IPC, PID and /dev/shm), so
+# ranks of one host started by separate execs would see each other only through the network.
+#
 # Host I's address is 10.213.0.(I+1)/24 on its interface eth0. Its /etc/hosts is Debian's
 # (localhost, and its own name on 127.0.1.1) plus every other host's name and address, so a
 # name that resolves to loopback on its own host is part of what the tests see. NAME must be
