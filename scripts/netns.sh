@@ -77,6 +77,14 @@ up() {
       done
     } >"$dir/hosts"
   done
+  # A veth reports carrier a moment after both ends are up; until then UCX sees only loopback.
+  local tries
+  for ((i = 0; i < count; i++)); do
+    for ((tries = 0; tries < 100; tries++)); do
+      ip -n "$(host_ns "$name" "$i")" link show eth0 | grep -q "state UP" && break
+      sleep 0.05
+    done
+  done
 }
 
 down() {
