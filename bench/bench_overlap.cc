@@ -61,8 +61,11 @@
 #include <thread>
 #include <vector>
 
+#include "lib/api/partition_handle.h"
 #include "lib/core/environment.h"
+#include "lib/engine/flight_recorder.h"
 #include "lib/partition/partition_resources.h"
+#include "lib/partition/step_trace.h"
 #include "zrt/zrt.h"
 
 namespace {
@@ -253,6 +256,58 @@ double framework_ms(const std::vector<Span>& spans) {
   return ms;
 }
 
+// Where the last offloaded step's time went, from the flight recorder's records of it
+// (lib/partition/step_trace.h): milliseconds per part, summed over the segments, and how far
+// into the step the last gradient reduction ended.
+std::string offload_breakdown(zrt_partition_t pm) {
+  const zrt::FlightRecorder& recorder = pm->comm->impl->engine().recorder();
+  std::vector<zrt::TraceRecord> records(recorder.depth());
+  records.resize(recorder.snapshot(records.data(), records.size()));
+  const zrt::TraceRecord* step = nullptr;
+  for (const zrt::TraceRecord& r : records) {
+    if (r.call.partition && r.call.call != nullptr && std::strcmp(r.call.call, "step") == 0) {
+      step = &r;
+    }
+  }
+  if (step == nullptr || step->state != zrt::TraceState::kDone) return "no step in the recorder";
+  const char* parts[] = {zrt::kTraceStepBackup,     zrt::kTraceOffloadWait,
+                         zrt::kTraceOffloadCopy,    zrt::kTraceOffloadOptimizer,
+                         zrt::kTraceOffloadConvert, zrt::kTraceOffloadDrain,
+                         zrt::kTraceStepVote,       zrt::kTraceStepPublish};
+  double ms[std::size(parts)] = {};
+  double reduced_ms = 0;  // the last gradient reduction's end, from the step's start
+  const double step_ms = static_cast<double>(step->done_ns - step->started_ns) / 1e6;
+  for (const zrt::TraceRecord& r : records) {
+    if (r.state != zrt::TraceState::kDone) continue;
+    if (!r.call.partition) {
+      const bool gradients = r.call.kind == ZRT_COLL_REDUCE_SCATTER ||
+                             (r.call.kind == ZRT_COLL_ALL_REDUCE && r.call.dtype != ZRT_I32 &&
+                              r.call.dtype != ZRT_F64);
+      if (gradients && r.posted_ns < step->started_ns) {
+        reduced_ms = std::max(reduced_ms, static_cast<double>(r.done_ns - step->started_ns) / 1e6);
+      }
+      continue;
+    }
+    if (r.posted_ns < step->started_ns || r.done_ns > step->done_ns) continue;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      if (std::strcmp(r.call.call, parts[i]) == 0) {
+        ms[i] += static_cast<double>(r.done_ns - r.started_ns) / 1e6;
+      }
+    }
+  }
+  std::string text;
+  double accounted = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    text += std::string(i == 0 ? "" : ", ") + parts[i] + " " + std::to_string(ms[i]).substr(0, 5);
+    accounted += ms[i];
+  }
+  char tail[160];
+  std::snprintf(tail, sizeof(tail),
+                ", other %.2f (step call %.2f ms); last reduction ended %.2f ms into the step",
+                step_ms - accounted, step_ms, reduced_ms);
+  return text + tail;
+}
+
 struct Figure {
   double step_ms;       // the slowest rank's median step
   double framework_ms;  // in that rank's median step: gradient writes and optimizer
@@ -266,6 +321,8 @@ struct Kind {
   std::vector<double> times;
   std::vector<std::vector<Span>> timelines;
   bool cpu_optimizer = false;  // Framework::cpu_optimizer for this kind's steps
+  bool breakdown = false;      // offloaded: rank 0 prints the median step's offload_breakdown
+  std::vector<std::string> breakdowns;
 };
 
 // Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
@@ -298,6 +355,8 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
       if (r < 2) continue;
       kind.times.push_back(ms_since(tl.origin));
       kind.timelines.push_back(tl.spans);
+      // Outside the timed step; the ring still holds the step (the barrier adds one record).
+      if (kind.breakdown) kind.breakdowns.push_back(offload_breakdown(kind.model->pm));
     }
   }
   static const bool show = zrt::read_environment("BENCH_OVERLAP_TIMELINE") != nullptr;
@@ -309,6 +368,11 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
               [&](size_t a, size_t b) { return kind.times[a] < kind.times[b]; });
     const size_t median = order[order.size() / 2];
     if (kind.print && show) print_timeline(kind.timelines[median], kind.times[median]);
+    if (kind.breakdown) {
+      std::printf("  offloaded step, %s (rank 0, its median step), ms: %s\n",
+                  kind.compute.count() > 0 ? "balanced" : "no compute",
+                  kind.breakdowns[median].c_str());
+    }
     mine.push_back(kind.times[median]);
     mine.push_back(framework_ms(kind.timelines[median]));
   }
@@ -365,16 +429,17 @@ void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units,
   }
   std::sort(passes.begin(), passes.end());
   const double pass_ms = passes[passes.size() / 2];
-  for (int stage : {2, 3}) {
+  for (int stage : {1, 2, 3}) {
     Model plain = build(comm, stage, units, numel, slots);
     Model offloaded = build(comm, stage, units, numel, slots, /*offload=*/true);
     const us per_unit = balance(comm, sync, plain, units, numel, framework, steps, scratch);
-    const std::vector<Figure> f = measure(comm, sync,
-                                          {{&plain, per_unit, false, {}, {}, false},
-                                           {&offloaded, per_unit, rank == 0, {}, {}, true},
-                                           {&plain, us(0), false, {}, {}, false},
-                                           {&offloaded, us(0), false, {}, {}, true}},
-                                          numel, framework, steps, scratch);
+    const std::vector<Figure> f =
+        measure(comm, sync,
+                {{&plain, per_unit, false, {}, {}, false},
+                 {&offloaded, per_unit, rank == 0, {}, {}, true, rank == 0, {}},
+                 {&plain, us(0), false, {}, {}, false},
+                 {&offloaded, us(0), false, {}, {}, true, rank == 0, {}}},
+                numel, framework, steps, scratch);
     if (rank == 0) {
       const double balanced = f[1].step_ms - f[0].step_ms;
       const double bare = f[3].step_ms - f[2].step_ms;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "lib/engine/engine.h"
+#include "lib/partition/step_trace.h"
 
 namespace zrt {
 
@@ -66,12 +67,17 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
   for (int s : order) {
     const Segment& seg = segments[s];
     if (how == OffloadCopies::kOnStream) {
-      ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->synchronize().with_context(
-          fmt::format("waiting for segment {}'s reduction and its copy to the host", s)));
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+        return ctx_.streams.segment_copied[s]->synchronize().with_context(
+            fmt::format("waiting for segment {}'s reduction and its copy to the host", s));
+      }));
     } else if (how == OffloadCopies::kByCaller) {
-      ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[s]->synchronize().with_context(
-          fmt::format("waiting for segment {}'s reduction", s)));
-      ZRT_RETURN_IF_ERROR(grads.copy_segment_to_host(s));
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+        return ctx_.streams.segment_reduced[s]->synchronize().with_context(
+            fmt::format("waiting for segment {}'s reduction", s));
+      }));
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadCopy, s,
+                                           [&] { return grads.copy_segment_to_host(s); }));
     }
     for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
     zrt_optimizer_args_t args{};
@@ -90,10 +96,17 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
     args.param_dtype = ctx_.options.param_dtype;
     *optimized = true;
     clear_callback_message();
-    const Status own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+    Status own;
+    static_cast<void>(traced_step_part(ctx_.comm, kTraceOffloadOptimizer, s, [&] {
+      own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+      return own;
+    }));
     *code = own.code();
     if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
-    if (convert_back) ZRT_RETURN_IF_ERROR(convert_back_segment(s));
+    if (convert_back) {
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadConvert, s,
+                                           [&] { return convert_back_segment(s); }));
+    }
   }
   if (how == OffloadCopies::kByCaller) grads.host_copy_complete();
   return Status::ok();

@@ -20,6 +20,7 @@
 
 #include "lib/engine/engine.h"
 #include "lib/partition/gradient_pipeline.h"
+#include "lib/partition/step_trace.h"
 #include "lib/partition/step_transaction.h"
 
 namespace zrt {
@@ -54,7 +55,10 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
   bool optimized = false;
   Status local = ready;
   if (local.is_ok()) {
-    take_backup();  // whole before the first callback
+    static_cast<void>(traced_step_part(ctx_.comm, kTraceStepBackup, -1, [&] {
+      take_backup();  // whole before the first callback
+      return Status::ok();
+    }));
     std::vector<int> order;
     OffloadCopies how = OffloadCopies::kDone;
     local = grads_.start_offload_copies(&order, &how);
@@ -62,11 +66,15 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
       local = offload_->run(grads_, order, how, convert_back, optimizer, user_data, next, &code,
                             &optimized);
     }
-    if (local.is_ok() && ctx_.streams.offload != nullptr) {
-      local = ctx_.streams.offload->synchronize().with_context(
-          "waiting for the gradients' copies to the host");
+    if (local.is_ok()) {
+      local = traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
+        if (ctx_.streams.offload != nullptr) {
+          ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
+              "waiting for the gradients' copies to the host"));
+        }
+        return grads_.finish_reductions();  // the rest of the reduce stream
+      });
     }
-    if (local.is_ok()) local = grads_.finish_reductions();  // the rest of the reduce stream
   }
   if (optimized) backup_.invalidate();
   const char* undo = backed_up ? "master and optimizer state were restored"
@@ -81,9 +89,11 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     if (convert_back) rederive_params();
   };
   const zrt_status_t mine = local.is_ok() ? code : local.code();
-  const Status voted = exchange_codes(
-      mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
-      &codes);
+  const Status voted = traced_step_part(ctx_.comm, kTraceStepVote, -1, [&] {
+    return exchange_codes(
+        mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
+        &codes);
+  });
   if (!voted.is_ok()) {
     roll_back();
     return voted.with_context(
@@ -110,7 +120,7 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
 
   // Every rank's pipeline succeeded: publish (the owned slices are converted already).
   owned_converted_ = convert_back;
-  return commit(next, false);
+  return traced_step_part(ctx_.comm, kTraceStepPublish, -1, [&] { return commit(next, false); });
 }
 
 }  // namespace zrt
