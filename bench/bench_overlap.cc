@@ -64,7 +64,6 @@
 #include "lib/api/partition_handle.h"
 #include "lib/core/environment.h"
 #include "lib/engine/flight_recorder.h"
-#include "lib/partition/partition_resources.h"
 #include "lib/partition/step_trace.h"
 #include "zrt/zrt.h"
 
@@ -87,7 +86,10 @@ struct Model {
   std::vector<int> params;
 };
 
-Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool offload = false) {
+// slot_addresses: stage 3's units at their slots' addresses (PartitionManager::
+// set_stable_addresses, not in the C API), the path before stable addresses.
+Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool offload = false,
+            bool slot_addresses = false) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
   config.offload_optimizer = offload ? 1 : 0;
@@ -99,6 +101,7 @@ Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool
   Model m;
   m.units = units;
   CHECK_ZRT(zrt_partition_create(comm, &config, &m.pm));
+  if (slot_addresses) m.pm->impl->set_stable_addresses(false);
   for (int u = 0; u < units; ++u) {
     int unit = 0, param = 0;
     CHECK_ZRT(zrt_partition_add_unit(m.pm, "layer", &unit));
@@ -270,10 +273,10 @@ std::string offload_breakdown(zrt_partition_t pm) {
     }
   }
   if (step == nullptr || step->state != zrt::TraceState::kDone) return "no step in the recorder";
-  const char* parts[] = {zrt::kTraceStepBackup,     zrt::kTraceOffloadWait,
-                         zrt::kTraceOffloadCopy,    zrt::kTraceOffloadOptimizer,
-                         zrt::kTraceOffloadConvert, zrt::kTraceOffloadDrain,
-                         zrt::kTraceStepVote,       zrt::kTraceStepPublish};
+  const char* parts[] = {zrt::kTraceStepBackup,       zrt::kTraceOffloadWait,
+                         zrt::kTraceOffloadOptimizer, zrt::kTraceOffloadConvert,
+                         zrt::kTraceOffloadDrain,     zrt::kTraceStepVote,
+                         zrt::kTraceStepPublish};
   double ms[std::size(parts)] = {};
   double reduced_ms = 0;  // the last gradient reduction's end, from the step's start
   const double step_ms = static_cast<double>(step->done_ns - step->started_ns) / 1e6;
@@ -322,7 +325,7 @@ struct Kind {
   std::vector<std::vector<Span>> timelines;
   bool cpu_optimizer = false;  // Framework::cpu_optimizer for this kind's steps
   bool breakdown = false;      // offloaded: rank 0 prints the median step's offload_breakdown
-  std::vector<std::string> breakdowns;
+  std::vector<std::string> breakdowns{};
 };
 
 // Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
@@ -484,11 +487,7 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host, bool of
     // Stage 3 also times the units at their slots' addresses (the path before stable addresses,
     // kept for this comparison only), alternating with the rest round after round.
     Model at_slots;
-    if (stage == 3) {
-      zrt::PartitionResources::set_stable_addresses_for_bench(false);
-      at_slots = build(comm, stage, units, numel, slots);
-      zrt::PartitionResources::set_stable_addresses_for_bench(true);
-    }
+    if (stage == 3) at_slots = build(comm, stage, units, numel, slots, false, true);
     Model alone;
     alone.units = units;
     const bool print = rank == 0;

@@ -1,11 +1,11 @@
 // The offloaded step's stretches of training-thread work as partition calls in the
 // communicator's flight recorder (lib/engine/flight_recorder.h): per segment the wait for its
-// reduction, its gradient's copy to the host, the optimizer callback and the conversion back;
-// and for the step the rest of its backup, the wait for the copies and reductions still in
-// flight after the last callback, the vote and the publish. A dump then shows where in the pipeline
-// a rank stopped, and bench_overlap's offload mode reads the last step's records for its breakdown
-// of the step (docs/ARCHITECTURE.md#offload-pipeline). Recording is a few relaxed atomics per
-// stretch.
+// gradient (its reduction, and its copy to the host where one is made), the optimizer callback
+// and the conversion back; for the step the rest of its backup, the wait for the copies and
+// reductions still in flight after the last callback, the vote and the publish. A dump then
+// shows where in the pipeline a rank stopped, and bench_overlap's offload mode reads the last
+// step's records for its breakdown of the step (docs/ARCHITECTURE.md#offload-pipeline).
+// Recording is a few relaxed atomics per stretch.
 #pragma once
 
 #include <utility>
@@ -18,7 +18,6 @@ namespace zrt {
 
 // The calls, as the records name them (string literals, so records may keep the pointers).
 inline constexpr const char* kTraceOffloadWait = "offload_wait";
-inline constexpr const char* kTraceOffloadCopy = "offload_copy";
 inline constexpr const char* kTraceOffloadOptimizer = "offload_optimizer";
 inline constexpr const char* kTraceOffloadConvert = "offload_convert";
 inline constexpr const char* kTraceOffloadDrain = "offload_drain";
