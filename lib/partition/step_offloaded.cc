@@ -63,20 +63,22 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     std::vector<int> order;
     local = grads_.start_offload_copies(&order, &run.how);
     if (local.is_ok()) local = offload_->run(grads_, order, optimizer, user_data, next, &run);
-    if (local.is_ok()) {
-      local = traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
-        if (ctx_.streams.offload != nullptr) {
-          ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
-              "waiting for the gradients' copies to the host"));
-        }
-        return grads_.finish_reductions();  // the rest of the reduce stream
-      });
-    }
+    // Also after a failed callback: the copies of the segments after it are still in flight,
+    // and a retry reads them.
+    const Status drained = traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
+      if (ctx_.streams.offload != nullptr) {
+        ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
+            "waiting for the gradients' copies to the host"));
+      }
+      return grads_.finish_reductions();  // the rest of the reduce stream
+    });
+    if (local.is_ok()) local = drained;
   }
   const zrt_status_t code = run.code;
   const bool optimized = run.optimized;
-  // Parameters this rank's pipeline changed before the vote: a rollback re-derives them.
-  const bool params_changed = run.convert_back || run.params_written > 0;
+  // Parameters this rank's pipeline may have changed before the vote (a failing callback may
+  // have written its spans too): a rollback re-derives them.
+  const bool params_changed = run.convert_back || (run.offer_params && optimized);
   if (optimized) backup_.invalidate();
   const char* undo = backed_up ? "master and optimizer state were restored"
                                : "step_backup is 0: master and optimizer state are as the "
