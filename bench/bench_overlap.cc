@@ -38,11 +38,15 @@
 // Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host|offload]
 //        (defaults 16, 1048576, 20, 0, device)
 //
-// `offload` compares, in the device-like model, the step without offload (the optimizer a
-// kernel launch, no CPU time) with offload_optimizer = 1 (the optimizer the host SGD, run per
-// segment on the CPU as each reduction ends), side by side in the same rounds, balanced and
-// with no compute at all, next to the optimizer pass alone over the whole shard: the pipeline
-// overlaps the pass with the reductions still running, so the step grows by less than the pass.
+// `offload` compares, at stages 1-3 in the device-like model, the step without offload (the
+// optimizer a kernel launch, no CPU time) with offload_optimizer = 1 (the optimizer the host
+// SGD, run per segment on the CPU as each reduction ends), side by side in the same rounds,
+// balanced and with no compute at all, next to the optimizer pass alone over a whole shard
+// (timed in the same rounds): the pipeline overlaps the pass with the reductions still running,
+// so the step grows by less than the pass. For rank 0's median offloaded step it prints where
+// the step call's time went, from the flight recorder's records of it
+// (lib/partition/step_trace.h): the per-segment waits for the gradients, the callbacks and the
+// conversions back, summed, then the backup, the drain, the vote and the publish.
 //
 // The default model is 16 units (layers) of 4 MiB, 64 MiB in all. Some communication is exposed
 // whatever the overlap: the first unit's gather after the optimizer (stage 2: the step's
