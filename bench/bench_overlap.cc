@@ -38,11 +38,15 @@
 // Usage: bench_overlap [units] [numel] [steps] [optimizer_slots] [device|host|offload]
 //        (defaults 16, 1048576, 20, 0, device)
 //
-// `offload` compares, in the device-like model, the step without offload (the optimizer a
-// kernel launch, no CPU time) with offload_optimizer = 1 (the optimizer the host SGD, run per
-// segment on the CPU as each reduction ends), side by side in the same rounds, balanced and
-// with no compute at all, next to the optimizer pass alone over the whole shard: the pipeline
-// overlaps the pass with the reductions still running, so the step grows by less than the pass.
+// `offload` compares, at stages 1-3 in the device-like model, the step without offload (the
+// optimizer a kernel launch, no CPU time) with offload_optimizer = 1 (the optimizer the host
+// SGD, run per segment on the CPU as each reduction ends), side by side in the same rounds,
+// balanced and with no compute at all, next to the optimizer pass alone over a whole shard
+// (timed in the same rounds): the pipeline overlaps the pass with the reductions still running,
+// so the step grows by less than the pass. For rank 0's median offloaded step it prints where
+// the step call's time went, from the flight recorder's records of it
+// (lib/partition/step_trace.h): the per-segment waits for the gradients, the callbacks and the
+// conversions back, summed, then the backup, the drain, the vote and the publish.
 //
 // The default model is 16 units (layers) of 4 MiB, 64 MiB in all. Some communication is exposed
 // whatever the overlap: the first unit's gather after the optimizer (stage 2: the step's
@@ -61,8 +65,10 @@
 #include <thread>
 #include <vector>
 
+#include "lib/api/partition_handle.h"
 #include "lib/core/environment.h"
-#include "lib/partition/partition_resources.h"
+#include "lib/engine/flight_recorder.h"
+#include "lib/partition/step_trace.h"
 #include "zrt/zrt.h"
 
 namespace {
@@ -84,7 +90,10 @@ struct Model {
   std::vector<int> params;
 };
 
-Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool offload = false) {
+// slot_addresses: stage 3's units at their slots' addresses (PartitionManager::
+// set_stable_addresses, not in the C API), the path before stable addresses.
+Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool offload = false,
+            bool slot_addresses = false) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
   config.offload_optimizer = offload ? 1 : 0;
@@ -96,6 +105,7 @@ Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool
   Model m;
   m.units = units;
   CHECK_ZRT(zrt_partition_create(comm, &config, &m.pm));
+  if (slot_addresses) m.pm->impl->set_stable_addresses(false);
   for (int u = 0; u < units; ++u) {
     int unit = 0, param = 0;
     CHECK_ZRT(zrt_partition_add_unit(m.pm, "layer", &unit));
@@ -253,6 +263,58 @@ double framework_ms(const std::vector<Span>& spans) {
   return ms;
 }
 
+// Where the last offloaded step's time went, from the flight recorder's records of it
+// (lib/partition/step_trace.h): milliseconds per part, summed over the segments, and how far
+// into the step the last gradient reduction ended.
+std::string offload_breakdown(zrt_partition_t pm) {
+  const zrt::FlightRecorder& recorder = pm->comm->impl->engine().recorder();
+  std::vector<zrt::TraceRecord> records(recorder.depth());
+  records.resize(recorder.snapshot(records.data(), records.size()));
+  const zrt::TraceRecord* step = nullptr;
+  for (const zrt::TraceRecord& r : records) {
+    if (r.call.partition && r.call.call != nullptr && std::strcmp(r.call.call, "step") == 0) {
+      step = &r;
+    }
+  }
+  if (step == nullptr || step->state != zrt::TraceState::kDone) return "no step in the recorder";
+  const char* parts[] = {zrt::kTraceStepBackup,       zrt::kTraceOffloadWait,
+                         zrt::kTraceOffloadOptimizer, zrt::kTraceOffloadConvert,
+                         zrt::kTraceOffloadDrain,     zrt::kTraceStepVote,
+                         zrt::kTraceStepPublish};
+  double ms[std::size(parts)] = {};
+  double reduced_ms = 0;  // the last gradient reduction's end, from the step's start
+  const double step_ms = static_cast<double>(step->done_ns - step->started_ns) / 1e6;
+  for (const zrt::TraceRecord& r : records) {
+    if (r.state != zrt::TraceState::kDone) continue;
+    if (!r.call.partition) {
+      const bool gradients = r.call.kind == ZRT_COLL_REDUCE_SCATTER ||
+                             (r.call.kind == ZRT_COLL_ALL_REDUCE && r.call.dtype != ZRT_I32 &&
+                              r.call.dtype != ZRT_F64);
+      if (gradients && r.posted_ns < step->started_ns) {
+        reduced_ms = std::max(reduced_ms, static_cast<double>(r.done_ns - step->started_ns) / 1e6);
+      }
+      continue;
+    }
+    if (r.posted_ns < step->started_ns || r.done_ns > step->done_ns) continue;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      if (std::strcmp(r.call.call, parts[i]) == 0) {
+        ms[i] += static_cast<double>(r.done_ns - r.started_ns) / 1e6;
+      }
+    }
+  }
+  std::string text;
+  double accounted = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    text += std::string(i == 0 ? "" : ", ") + parts[i] + " " + std::to_string(ms[i]).substr(0, 5);
+    accounted += ms[i];
+  }
+  char tail[160];
+  std::snprintf(tail, sizeof(tail),
+                ", other %.2f (step call %.2f ms); last reduction ended %.2f ms into the step",
+                step_ms - accounted, step_ms, reduced_ms);
+  return text + tail;
+}
+
 struct Figure {
   double step_ms;       // the slowest rank's median step
   double framework_ms;  // in that rank's median step: gradient writes and optimizer
@@ -266,6 +328,8 @@ struct Kind {
   std::vector<double> times;
   std::vector<std::vector<Span>> timelines;
   bool cpu_optimizer = false;  // Framework::cpu_optimizer for this kind's steps
+  bool breakdown = false;      // offloaded: rank 0 prints the median step's offload_breakdown
+  std::vector<std::string> breakdowns{};
 };
 
 // Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
@@ -298,6 +362,8 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
       if (r < 2) continue;
       kind.times.push_back(ms_since(tl.origin));
       kind.timelines.push_back(tl.spans);
+      // Outside the timed step; the ring still holds the step (the barrier adds one record).
+      if (kind.breakdown) kind.breakdowns.push_back(offload_breakdown(kind.model->pm));
     }
   }
   static const bool show = zrt::read_environment("BENCH_OVERLAP_TIMELINE") != nullptr;
@@ -309,6 +375,11 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
               [&](size_t a, size_t b) { return kind.times[a] < kind.times[b]; });
     const size_t median = order[order.size() / 2];
     if (kind.print && show) print_timeline(kind.timelines[median], kind.times[median]);
+    if (kind.breakdown) {
+      std::printf("  offloaded step, %s (rank 0, its median step), ms: %s\n",
+                  kind.compute.count() > 0 ? "balanced" : "no compute",
+                  kind.breakdowns[median].c_str());
+    }
     mine.push_back(kind.times[median]);
     mine.push_back(framework_ms(kind.timelines[median]));
   }
@@ -354,27 +425,23 @@ void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units,
                         int steps, int slots, std::vector<float>& scratch) {
   using us = std::chrono::microseconds;
   Framework framework;  // device-like
-  // The optimizer pass alone: the host SGD over one rank's whole shard, median of 7.
-  const size_t shard = static_cast<size_t>(units) * numel / 2;
-  std::vector<float> master(shard, 0.01f), grad(shard, 1e-3f);
-  std::vector<double> passes;
-  for (int i = 0; i < 7; ++i) {
-    const auto start = Clock::now();
-    host_sgd(master.data(), grad.data(), shard);
-    passes.push_back(ms_since(start));
-  }
-  std::sort(passes.begin(), passes.end());
-  const double pass_ms = passes[passes.size() / 2];
-  for (int stage : {2, 3}) {
+  // The optimizer pass alone: the host SGD over a shard of the framework's own (no zrt call),
+  // timed in the same rounds as the steps.
+  Model alone;
+  alone.units = units;
+  for (int stage : {1, 2, 3}) {
     Model plain = build(comm, stage, units, numel, slots);
     Model offloaded = build(comm, stage, units, numel, slots, /*offload=*/true);
     const us per_unit = balance(comm, sync, plain, units, numel, framework, steps, scratch);
-    const std::vector<Figure> f = measure(comm, sync,
-                                          {{&plain, per_unit, false, {}, {}, false},
-                                           {&offloaded, per_unit, rank == 0, {}, {}, true},
-                                           {&plain, us(0), false, {}, {}, false},
-                                           {&offloaded, us(0), false, {}, {}, true}},
-                                          numel, framework, steps, scratch);
+    const std::vector<Figure> f =
+        measure(comm, sync,
+                {{&plain, per_unit, false, {}, {}, false},
+                 {&offloaded, per_unit, rank == 0, {}, {}, true, rank == 0, {}},
+                 {&plain, us(0), false, {}, {}, false},
+                 {&offloaded, us(0), false, {}, {}, true, rank == 0, {}},
+                 {&alone, us(0), false, {}, {}, true}},
+                numel, framework, steps, scratch);
+    const double pass_ms = f[4].framework_ms;
     if (rank == 0) {
       const double balanced = f[1].step_ms - f[0].step_ms;
       const double bare = f[3].step_ms - f[2].step_ms;
@@ -419,11 +486,7 @@ void rank_main(int units, size_t numel, int steps, int slots, bool host, bool of
     // Stage 3 also times the units at their slots' addresses (the path before stable addresses,
     // kept for this comparison only), alternating with the rest round after round.
     Model at_slots;
-    if (stage == 3) {
-      zrt::PartitionResources::set_stable_addresses_for_bench(false);
-      at_slots = build(comm, stage, units, numel, slots);
-      zrt::PartitionResources::set_stable_addresses_for_bench(true);
-    }
+    if (stage == 3) at_slots = build(comm, stage, units, numel, slots, false, true);
     Model alone;
     alone.units = units;
     const bool print = rank == 0;

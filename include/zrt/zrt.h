@@ -704,8 +704,10 @@ typedef struct zrt_optimizer_args {
  * (see docs/API.md). With offload_optimizer = 1 it is called once per segment, on the training
  * thread, with that segment's slice: the arrays and count are the slice's, pieces those within
  * it (shard_offset from the slice's start), step the same in every call of the step; pointers
- * are host memory whatever mem_kind. The update must be element-wise or per piece; a norm over
- * the whole shard comes from zrt_partition_grad_norm before the step. */
+ * are host memory whatever mem_kind. param_spans is then one span, the slice's parameters,
+ * where they are host memory and step_backup can undo them (else NULL, and params_written
+ * NULL). The update must be element-wise or per piece; a norm over the whole shard comes from
+ * zrt_partition_grad_norm before the step. */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
 
 /* Waits for all reductions, calls `optimizer` once with the local shard (user_data passed

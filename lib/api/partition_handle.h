@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "lib/api/api_common.h"
 #include "lib/api/handles.h"
 #include "lib/core/status.h"
 #include "lib/partition/partition_manager.h"

@@ -478,7 +478,7 @@ Status GradientPipeline::finish_reductions() {
       ctx_.ops->convert(gdt, owned, ZRT_F32, out, seg.slice);
       ctx_.ops->scale(ZRT_F32, out, seg.slice, scale);
     }
-  } else if (buf.optimizer_grad != nullptr) {
+  } else if (!optimizer_reads_reduced()) {
     const char* reduced =
         ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard;
     ctx_.ops->convert(gdt, reduced, ZRT_F32, buf.optimizer_grad, ctx_.layout.shard_numel());
@@ -488,9 +488,9 @@ Status GradientPipeline::finish_reductions() {
 }
 
 // Offload: segment s's slice of the optimizer's f32 gradient, from where its reduction left it
-// (the same conversions finish_reductions makes, element for element, so the values are too):
-// on `stream` (device buffers), or at once on the calling thread (stream null, host buffers).
-Status GradientPipeline::copy_segment_to_host(int segment, Stream* stream) {
+// (the same conversions finish_reductions makes, element for element, so the values are too),
+// on `stream`.
+Status GradientPipeline::copy_segment_to_host(int segment, Stream& stream) {
   const Segment& seg = ctx_.layout.segments()[segment];
   const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
   const PartitionBuffers& buf = ctx_.buffers;
@@ -512,16 +512,14 @@ Status GradientPipeline::copy_segment_to_host(int segment, Stream* stream) {
       ops->convert(gdt, reduced + begin * g, ZRT_F32, out + begin, n);
     };
   }
-  if (stream == nullptr) {
-    work(0, seg.slice);
-    return Status::ok();
-  }
-  return ctx_.run_piecewise(*stream, seg.slice, std::move(work),
+  return ctx_.run_piecewise(stream, seg.slice, std::move(work),
                             "partition: offload a gradient slice to the host");
 }
 
-Status GradientPipeline::copy_segment_to_host(int segment) {
-  return copy_segment_to_host(segment, nullptr);
+bool GradientPipeline::optimizer_reads_reduced() const {
+  if (ctx_.buffers.optimizer_grad == nullptr) return true;  // the plan made no copy
+  return ctx_.plan.offload && !ctx_.on_device && ctx_.options.reduce_dtype == ZRT_F32 &&
+         ctx_.policy.grad_home() == GradHome::kShard;
 }
 
 Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCopies* how) {
@@ -539,13 +537,12 @@ Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCo
     if (!listed[s]) order->push_back(static_cast<int>(s));
   }
   if (grads_prepared_) {
-    *how = OffloadCopies::kDone;  // grad_norm made the whole copy already
+    *how = OffloadCopies::kDone;  // grad_norm made the whole gradient already
     return Status::ok();
   }
-  if (!ctx_.on_device) {
-    // Host memory: the training thread copies each slice itself, right before its optimizer,
-    // and leaves the progress thread to the reductions.
-    *how = OffloadCopies::kByCaller;
+  if (optimizer_reads_reduced()) {
+    // Host memory is where the optimizer runs: a copy would only cost the pass's bandwidth.
+    *how = OffloadCopies::kInPlace;
     return Status::ok();
   }
   *how = OffloadCopies::kOnStream;
@@ -554,7 +551,7 @@ Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCo
   ZRT_RETURN_IF_ERROR(bound.bind(&off));
   for (int s : *order) {
     ZRT_RETURN_IF_ERROR(off.wait_event(*ctx_.streams.segment_reduced[s]));
-    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s, &off));
+    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s, off));
     ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->record(off));
   }
   // Whoever reads the copy waits for segment_copied (or the offload stream) first.
@@ -564,7 +561,7 @@ Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCo
 
 const float* GradientPipeline::optimizer_grad() const {
   const PartitionBuffers& buf = ctx_.buffers;
-  if (buf.optimizer_grad != nullptr) return buf.optimizer_grad;
+  if (!optimizer_reads_reduced()) return buf.optimizer_grad;
   return reinterpret_cast<const float*>(
       ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard);
 }

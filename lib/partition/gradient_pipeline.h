@@ -45,7 +45,7 @@
 namespace zrt {
 
 // How the offloaded step's gradient slices reach host memory (start_offload_copies).
-enum class OffloadCopies { kDone, kOnStream, kByCaller };
+enum class OffloadCopies { kDone, kOnStream, kInPlace };
 
 class GradientPipeline {
  public:
@@ -76,15 +76,16 @@ class GradientPipeline {
   // Waits for every reduction and makes the f32 gradient shard the optimizer reads.
   Status finish_reductions();
   // offload_optimizer: *order = the segments in the order their reductions finish, and how
-  // their f32 gradient slices reach host memory (*how): kDone, the copy is whole already
-  // (grad_norm made it); kOnStream (device buffers), enqueued here on the offload stream, each
-  // after its segment's last reduction (segment_reduced) and followed by segment_copied;
-  // kByCaller (host buffers), the caller waits for segment_reduced and calls
-  // copy_segment_to_host, then host_copy_complete once every segment is copied.
+  // their f32 gradient slices reach host memory (*how): kDone, the gradient is whole already
+  // (grad_norm made it); kInPlace (host buffers, f32 reductions into the gradient shard: stages
+  // 2/3), the reduced shard is the optimizer's gradient, each slice ready at its segment's
+  // segment_reduced, nothing copied; kOnStream (the rest), each slice's copy (and conversion)
+  // enqueued here on the offload stream after its segment's last reduction and followed by
+  // segment_copied, so the progress thread makes it while the caller runs earlier segments'
+  // optimizers.
   Status start_offload_copies(std::vector<int>* order, OffloadCopies* how);
-  Status copy_segment_to_host(int segment);
-  void host_copy_complete() { grads_prepared_ = true; }
-  // The f32 gradient the optimizer reads (after finish_reductions).
+  // The f32 gradient the optimizer reads (after finish_reductions, or per segment as
+  // start_offload_copies says).
   const float* optimizer_grad() const;
   Status grad_norm(double* norm, bool* has_nonfinite);
   // After a successful step: the gradients start over.
@@ -113,7 +114,11 @@ class GradientPipeline {
   char* bucket_data(const Bucket& bucket) const;
   Status reduce_segment(int segment, void* data);
   Status all_reduce_norm(bool both);
-  Status copy_segment_to_host(int segment, Stream* stream);
+  Status copy_segment_to_host(int segment, Stream& stream);
+  // The reduced gradient itself is the optimizer's f32 gradient: f32 reductions into the shard
+  // (or the full buffer) where the optimizer's memory is the gradients' (no offload to a device
+  // beside it) and no 1/N scaling is left to apply.
+  bool optimizer_reads_reduced() const;
 
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).

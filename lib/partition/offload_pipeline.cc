@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "lib/engine/engine.h"
+#include "lib/partition/step_trace.h"
 
 namespace zrt {
 
@@ -52,11 +53,20 @@ Status OffloadPipeline::convert_back_segment(int segment) {
       "partition: offloaded master slice back into the owned parameters");
 }
 
+char* OffloadPipeline::param_slice(int segment) const {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  if (ctx_.policy.param_home() == ParamHome::kShard) {
+    return ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
+  }
+  return ctx_.param_ptr(ctx_.buffers.full_params,
+                        ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
+}
+
 Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& order,
-                            OffloadCopies how, bool convert_back, zrt_optimizer_fn optimizer,
-                            void* user_data, int64_t step, zrt_status_t* code, bool* optimized) {
-  *code = ZRT_SUCCESS;
-  *optimized = false;
+                            zrt_optimizer_fn optimizer, void* user_data, int64_t step, Run* run) {
+  run->code = ZRT_SUCCESS;
+  run->optimized = false;
+  run->params_written = 0;
   const PartitionBuffers& buf = ctx_.buffers;
   const auto& segments = ctx_.layout.segments();
   // The conversions back go on the all-gather stream, ahead of the gathers that will publish
@@ -65,37 +75,54 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
   ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
   for (int s : order) {
     const Segment& seg = segments[s];
-    if (how == OffloadCopies::kOnStream) {
-      ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->synchronize().with_context(
-          fmt::format("waiting for segment {}'s reduction and its copy to the host", s)));
-    } else if (how == OffloadCopies::kByCaller) {
-      ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[s]->synchronize().with_context(
-          fmt::format("waiting for segment {}'s reduction", s)));
-      ZRT_RETURN_IF_ERROR(grads.copy_segment_to_host(s));
+    if (run->how == OffloadCopies::kOnStream) {
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+        return ctx_.streams.segment_copied[s]->synchronize().with_context(
+            fmt::format("waiting for segment {}'s reduction and its copy to the host", s));
+      }));
+    } else if (run->how == OffloadCopies::kInPlace) {
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+        return ctx_.streams.segment_reduced[s]->synchronize().with_context(
+            fmt::format("waiting for segment {}'s reduction", s));
+      }));
     }
     for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
     zrt_optimizer_args_t args{};
     args.size = sizeof(args);
     args.master = buf.master + seg.shard_offset;
-    args.grad = buf.optimizer_grad + seg.shard_offset;
+    args.grad = grads.optimizer_grad() + seg.shard_offset;
     args.state = state_.data();
     args.num_state = static_cast<int>(state_.size());
     args.count = seg.slice;
     args.pieces = pieces_[s].data();
     args.num_pieces = pieces_[s].size();
     args.step = step;
-    // Offloaded master and state are host memory whatever the parameters are; the parameter
-    // copy is the pipeline's (no param_spans), so a fused optimizer writes master and state only.
+    // Offloaded master and state are host memory whatever the parameters are.
     args.mem_kind = ZRT_MEM_HOST;
     args.param_dtype = ctx_.options.param_dtype;
-    *optimized = true;
+    const zrt_param_span_t span{0, seg.slice, param_slice(s)};
+    int params_written = 0;
+    if (run->offer_params) {
+      args.param_spans = &span;
+      args.num_param_spans = 1;
+      args.params_written = &params_written;
+    }
+    run->optimized = true;
     clear_callback_message();
-    const Status own = callback_result(optimizer(&args, user_data), "the optimizer callback");
-    *code = own.code();
+    Status own;
+    static_cast<void>(traced_step_part(ctx_.comm, kTraceOffloadOptimizer, s, [&] {
+      own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+      return own;
+    }));
+    run->code = own.code();
     if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
-    if (convert_back) ZRT_RETURN_IF_ERROR(convert_back_segment(s));
+    if (params_written == 1) {
+      ++run->params_written;
+    } else if (run->convert_back) {
+      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadConvert, s,
+                                           [&] { return convert_back_segment(s); }));
+    }
   }
-  if (how == OffloadCopies::kByCaller) grads.host_copy_complete();
   return Status::ok();
 }
 

@@ -1,20 +1,22 @@
 // OffloadPipeline: the optimizer half of a step under offload_optimizer
-// (docs/ARCHITECTURE.md#offload-pipeline). Master and optimizer state live in host memory; the
-// gradient pipeline has enqueued, per segment and after its last reduction, the copy of the
-// segment's f32 gradient slice to the host (GradientPipeline::start_offload_copies). run() walks
-// the segments in the order their reductions finish: wait for the segment's copy, call the
-// framework's optimizer on that segment's slice on this (the training) thread (on host memory
-// this thread makes the copy itself, after the segment's reduction event, so the progress
-// thread is left to the reductions), and, where the
-// stage keeps owned parameter slices (stages 1/2) and a backup can undo it, enqueue the
-// conversion of the updated master slice back into the owned parameter slice on the all-gather
-// stream (ahead of the gathers that will publish it). So the CPU updates segment s while later
-// segments are still being reduced and copied, and the progress thread converts s back while the
-// CPU updates s + 1.
+// (docs/ARCHITECTURE.md#offload-pipeline). Master and optimizer state live in host memory.
+// GradientPipeline::start_offload_copies says where each segment's f32 gradient slice is: on
+// host memory at stages 2/3 (f32 reductions) the reduced gradient shard itself, read in place
+// once the segment's reduction event has passed; otherwise a copy that the progress thread
+// makes on the offload stream after the segment's last reduction. run() walks the segments in
+// the order their reductions finish: wait for the segment's gradient, call the framework's
+// optimizer on that segment's slice on this (the training) thread, and make the updated
+// parameter copy: a fused optimizer writes it in its own pass where it is handed the slice's
+// parameters (host memory parameters with a backup to undo it); otherwise, where the stage
+// keeps owned parameter slices (stages 1/2) and a backup can undo it, the conversion of the
+// updated master slice into the owned slice is enqueued on the all-gather stream (ahead of the
+// gathers that will publish it). So the CPU updates segment s while later segments are still
+// being reduced and copied, and the progress thread converts s back while the CPU updates s + 1;
+// the training thread copies nothing.
 //
 // Nothing here is visible to another rank or to the framework: the gathers that publish the
 // owned slices wait for the step's vote (step_transaction.h), and a rollback restores master and
-// state from the backup and re-derives the owned slices from them.
+// state from the backup and re-derives the parameters from them.
 #pragma once
 
 #include <cstdint>
@@ -31,21 +33,35 @@ class OffloadPipeline {
  public:
   explicit OffloadPipeline(const PartitionContext& ctx);
 
-  // The optimizer over `order` (every segment once), each segment's gradient slice first
-  // brought to the host as `how` says (GradientPipeline::start_offload_copies). convert_back:
-  // enqueue each updated slice's conversion into the owned parameters (stages 1/2 only).
-  // Stops at the first segment whose callback fails: *code is that callback's status
-  // (ZRT_SUCCESS when every one succeeded), *optimized whether any callback ran. The returned
-  // Status is a failure of the pipeline itself (a reduction or copy that failed, an enqueue).
-  Status run(GradientPipeline& grads, const std::vector<int>& order, OffloadCopies how,
-             bool convert_back, zrt_optimizer_fn optimizer, void* user_data, int64_t step,
-             zrt_status_t* code, bool* optimized);
+  // One run's choices and outcome.
+  struct Run {
+    OffloadCopies how = OffloadCopies::kDone;  // where the gradient slices are
+    // Enqueue each updated slice's conversion into the owned parameters (stages 1/2), unless
+    // the optimizer wrote them.
+    bool convert_back = false;
+    // Hand each callback its slice's parameters (param_spans, params_written): host memory
+    // parameters, and a backup from which a rollback re-derives them.
+    bool offer_params = false;
+    // The first failing callback's status (ZRT_SUCCESS when every one succeeded).
+    zrt_status_t code = ZRT_SUCCESS;
+    bool optimized = false;     // a callback ran
+    size_t params_written = 0;  // segments whose callback wrote the parameters
+  };
+
+  // The optimizer over `order` (every segment once). Stops at the first segment whose callback
+  // fails. The returned Status is that callback's failure or one of the pipeline itself (a
+  // reduction or copy that failed, an enqueue); run->code tells which.
+  Status run(GradientPipeline& grads, const std::vector<int>& order, zrt_optimizer_fn optimizer,
+             void* user_data, int64_t step, Run* run);
 
   // Segment s's shard pieces, shard_offset counted from the start of its slice.
   const std::vector<zrt_shard_piece_t>& pieces(int segment) const { return pieces_[segment]; }
 
  private:
   Status convert_back_segment(int segment);
+  // Where segment s's slice of this rank's parameters is published from (stages 1/2: the owned
+  // slice; stage 3: the parameter shard).
+  char* param_slice(int segment) const;
 
   const PartitionContext& ctx_;
   std::vector<std::vector<zrt_shard_piece_t>> pieces_;

@@ -78,6 +78,10 @@ class PartitionManager {
     resources_.set_device_context(std::move(device));
   }
 
+  // Before finalize: stage 3's units at their slots' addresses instead of fixed ones
+  // (PartitionResources::set_stable_addresses). Not in the C API: for bench_overlap and tests.
+  void set_stable_addresses(bool stable) { resources_.set_stable_addresses(stable); }
+
   // --- Checkpoint access (used by lib/checkpoint: zrt_partition_save/load/export_full) ---
   // Read access to the trained state and one call that replaces it. The checkpoint layer owns
   // the file format; the manager only exposes its buffers in shard layout.

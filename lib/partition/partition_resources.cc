@@ -1,22 +1,11 @@
 #include "lib/partition/partition_resources.h"
 
-#include <atomic>
-
 #include "lib/comm/communicator.h"
 #include "lib/engine/device.h"
 #include "lib/engine/engine.h"
 #include "lib/partition/host_mapped_window.h"
 
 namespace zrt {
-namespace {
-
-std::atomic<bool> stable_addresses{true};
-
-}  // namespace
-
-void PartitionResources::set_stable_addresses_for_bench(bool stable) {
-  stable_addresses.store(stable);
-}
 
 Status PartitionResources::setup(PartitionContext& ctx) {
   ctx.on_device = device_ != nullptr;
@@ -65,7 +54,7 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   const size_t h_pbucket = a.plan(b.persistent_bucket * g_size, MemoryCategory::kBuckets);
   const size_t slot_bytes = b.window_slot_numel * p_size;
   const size_t window_bytes = slot_bytes * static_cast<size_t>(b.window_slots);
-  const bool mapped = window_bytes > 0 && stable_addresses.load();
+  const bool mapped = window_bytes > 0 && stable_addresses_;
   size_t h_window = 0;
   if (mapped) {
     a.count_external(window_bytes, MemoryCategory::kGatherWindow);
@@ -169,6 +158,9 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
     s.window_read.assign(ctx.buffers.grad_windows.size(), nullptr);
     for (Event*& event : s.window_read) ZRT_RETURN_IF_ERROR(engine.create_event(&event));
   }
+  // Offload: the gradient slices the optimizer cannot read in place, copied on the progress
+  // thread while the training thread runs the optimizer (gradient_pipeline.h).
+  if (ctx.plan.offload) ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.offload));
   auto make = [&engine](Event** event) { return engine.create_event(event); };
   return create_events(ctx, make);
 }

@@ -32,9 +32,10 @@ class PartitionResources {
   bool on_device() const { return device_ != nullptr; }
 
   // Stage 3's units at fixed addresses (mapped_window.h), the default; false: at their slots'
-  // addresses, which change from fetch to fetch. Process-wide, read at setup. Only for
-  // bench_overlap, which times the two side by side.
-  static void set_stable_addresses_for_bench(bool stable);
+  // addresses, which change from fetch to fetch (the path before stable addresses, kept for
+  // bench_overlap, which times the two side by side, and the tests that show the difference).
+  // Before setup.
+  void set_stable_addresses(bool stable) { stable_addresses_ = stable; }
 
   // Needs ctx.layout and ctx.plan; fills ctx.buffers, ctx.streams and ctx.ops.
   Status setup(PartitionContext& ctx);
@@ -60,6 +61,7 @@ class PartitionResources {
   std::shared_ptr<DeviceContext> device_;  // ZRT_MEM_CUDA only
   std::vector<std::unique_ptr<Stream>> device_streams_;  // CUDA streams, owned here
   std::vector<std::unique_ptr<Event>> device_events_;    // CUDA events, owned here
+  bool stable_addresses_ = true;
 };
 
 }  // namespace zrt

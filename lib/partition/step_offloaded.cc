@@ -8,10 +8,11 @@
 //  - the gathers that publish the owned slices (stages 1/2) and stage 3's stale-shard marking:
 //    before them nothing of the step is visible to another rank, so a rollback is local;
 //  - with step_backup = 1, take_backup() completes the copy of master and state before the first
-//    callback, and any failure on any rank restores every rank from it and re-derives the owned
-//    parameter slices the pipeline had already converted back;
+//    callback, and any failure on any rank restores every rank from it and re-derives the
+//    parameters the pipeline had already written (owned slices converted back, or written by a
+//    fused optimizer in its pass: stage 3's parameter shard too);
 //  - with step_backup = 0 a callback's work cannot be undone: the step first waits for every
-//    reduction and holds vote 1 as without offload, and converts nothing back before vote 2
+//    reduction and holds vote 1 as without offload, and writes no parameters before vote 2
 //    (the owned slices are what param_data shows); the pipeline then overlaps only the copies
 //    to the host with the callbacks.
 // Before returning, the step waits for the copies still in flight, so a retried step reads a
@@ -20,6 +21,7 @@
 
 #include "lib/engine/engine.h"
 #include "lib/partition/gradient_pipeline.h"
+#include "lib/partition/step_trace.h"
 #include "lib/partition/step_transaction.h"
 
 namespace zrt {
@@ -48,26 +50,35 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     }
   }
 
-  // The pipeline: per segment, its copy to the host, the callback, the conversion back.
-  const bool convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
-  zrt_status_t code = ZRT_SUCCESS;
-  bool optimized = false;
+  // The pipeline: per segment, its gradient on the host, the callback, the parameters.
+  OffloadPipeline::Run run;
+  run.convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
+  run.offer_params = backed_up && !ctx_.on_device;
   Status local = ready;
   if (local.is_ok()) {
-    take_backup();  // whole before the first callback
+    static_cast<void>(traced_step_part(ctx_.comm, kTraceStepBackup, -1, [&] {
+      take_backup();  // whole before the first callback
+      return Status::ok();
+    }));
     std::vector<int> order;
-    OffloadCopies how = OffloadCopies::kDone;
-    local = grads_.start_offload_copies(&order, &how);
-    if (local.is_ok()) {
-      local = offload_->run(grads_, order, how, convert_back, optimizer, user_data, next, &code,
-                            &optimized);
-    }
-    if (local.is_ok() && ctx_.streams.offload != nullptr) {
-      local = ctx_.streams.offload->synchronize().with_context(
-          "waiting for the gradients' copies to the host");
-    }
-    if (local.is_ok()) local = grads_.finish_reductions();  // the rest of the reduce stream
+    local = grads_.start_offload_copies(&order, &run.how);
+    if (local.is_ok()) local = offload_->run(grads_, order, optimizer, user_data, next, &run);
+    // Also after a failed callback: the copies of the segments after it are still in flight,
+    // and a retry reads them.
+    const Status drained = traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
+      if (ctx_.streams.offload != nullptr) {
+        ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
+            "waiting for the gradients' copies to the host"));
+      }
+      return grads_.finish_reductions();  // the rest of the reduce stream
+    });
+    if (local.is_ok()) local = drained;
   }
+  const zrt_status_t code = run.code;
+  const bool optimized = run.optimized;
+  // Parameters this rank's pipeline may have changed before the vote (a failing callback may
+  // have written its spans too): a rollback re-derives them.
+  const bool params_changed = run.convert_back || (run.offer_params && optimized);
   if (optimized) backup_.invalidate();
   const char* undo = backed_up ? "master and optimizer state were restored"
                                : "step_backup is 0: master and optimizer state are as the "
@@ -78,12 +89,14 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     if (!optimized || !backed_up) return;
     static_cast<void>(ctx_.streams.ag->synchronize());  // a failure shows in the vote's result
     restore_backup();
-    if (convert_back) rederive_params();
+    if (params_changed) rederive_params();
   };
   const zrt_status_t mine = local.is_ok() ? code : local.code();
-  const Status voted = exchange_codes(
-      mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
-      &codes);
+  const Status voted = traced_step_part(ctx_.comm, kTraceStepVote, -1, [&] {
+    return exchange_codes(
+        mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
+        &codes);
+  });
   if (!voted.is_ok()) {
     roll_back();
     return voted.with_context(
@@ -108,9 +121,12 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
                          next, failed, optimized ? undo : "nothing was changed", details);
   }
 
-  // Every rank's pipeline succeeded: publish (the owned slices are converted already).
-  owned_converted_ = convert_back;
-  return commit(next, false);
+  // Every rank's pipeline succeeded: publish (owned slices are converted already; stage 3's
+  // shard is where every callback wrote it).
+  owned_converted_ = run.convert_back;
+  const bool all_written = run.params_written == ctx_.layout.segments().size();
+  return traced_step_part(ctx_.comm, kTraceStepPublish, -1,
+                          [&] { return commit(next, all_written); });
 }
 
 }  // namespace zrt

@@ -2,7 +2,8 @@
 // stage and parameter dtype, the parameter copy the optimizer writes in its pass replaces zrt's
 // conversion (the fetched parameters are what the optimizer wrote) and gives bit for bit the
 // parameters of the separate conversion; a step that fails on one rank after others wrote their
-// copies leaves every rank's parameters as they were.
+// copies leaves every rank's parameters as they were. The same with offload_optimizer at stages
+// 1-3, where the optimizer runs per segment and writes each segment's slice of the parameters.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -79,9 +80,10 @@ struct Run {
   zrt_dtype_t dtype = ZRT_F32;
 };
 
-void make_pm(Run* run, int stage, zrt_dtype_t dtype) {
+void make_pm(Run* run, int stage, zrt_dtype_t dtype, bool offload = false) {
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
   config.stage = stage;
+  config.offload_optimizer = offload ? 1 : 0;
   config.param_dtype = dtype;
   config.reduce_dtype = dtype;
   config.bucket_bytes = 1024;          // several buckets, parameters straddle them
@@ -148,9 +150,9 @@ void forward_backward(Run* run, int step) {
 
 // `steps` steps in `mode`; the parameters after each.
 std::vector<std::vector<float>> train(Run* run, int stage, zrt_dtype_t dtype, Mode mode, int steps,
-                                      int size) {
+                                      int size, bool offload = false) {
   std::vector<std::vector<float>> after;
-  make_pm(run, stage, dtype);
+  make_pm(run, stage, dtype, offload);
   if (::testing::Test::HasFailure()) return after;
   Callback cb;
   cb.mode = mode;
@@ -201,6 +203,22 @@ void copy_body(int rank, int size) {
         mismatches += negated[0][i] != -converted[0][i];
       }
       EXPECT_EQ(mismatches, 0u) << "zrt converted master over the optimizer's copy";
+      if (stage == 0) continue;
+      // Offloaded: each segment's callback writes its slice, bit for bit the same parameters.
+      const auto offloaded = train(&run, stage, dtype, Mode::kFused, 3, size, /*offload=*/true);
+      ASSERT_EQ(offloaded.size(), 3u);
+      for (size_t s = 0; s < 3; ++s) {
+        EXPECT_EQ(std::memcmp(offloaded[s].data(), converted[s].data(), offloaded[s].size() * 4), 0)
+            << "step " << s + 1 << ": the offloaded optimizer's copy differs";
+      }
+      const auto negated_offloaded =
+          train(&run, stage, dtype, Mode::kNegated, 1, size, /*offload=*/true);
+      ASSERT_EQ(negated_offloaded.size(), 1u);
+      mismatches = 0;
+      for (size_t i = 0; i < negated_offloaded[0].size(); ++i) {
+        mismatches += negated_offloaded[0][i] != -converted[0][i];
+      }
+      EXPECT_EQ(mismatches, 0u) << "offloaded: zrt converted master over the optimizer's copy";
     }
   }
   EXPECT_OK(zrt_comm_destroy(run.comm));
@@ -210,9 +228,13 @@ void rollback_body(int rank, int size) {
   Run run;
   init_comm(&run, rank, size, "optim-rollback");
   if (::testing::Test::HasFailure()) return;
-  for (int stage = 0; stage <= 3; ++stage) {
-    SCOPED_TRACE(::testing::Message() << "N " << size << " stage " << stage);
-    make_pm(&run, stage, ZRT_BF16);
+  for (int variant = 0; variant <= 6; ++variant) {
+    // 0-3: stages 0-3; 4-6: stages 1-3 offloaded.
+    const int stage = variant <= 3 ? variant : variant - 3;
+    const bool offload = variant > 3;
+    SCOPED_TRACE(::testing::Message()
+                 << "N " << size << " stage " << stage << (offload ? " offloaded" : ""));
+    make_pm(&run, stage, ZRT_BF16, offload);
     Callback cb;
     cb.rank = rank;
     cb.size = size;

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lib/partition/partition_resources.h"
+#include "lib/api/partition_handle.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"
 #include "tests/partition/partition_test_model.h"
@@ -78,8 +78,12 @@ zrt_partition_config_t chain_config(int stage) {
   return config;
 }
 
-void make_run(zrt_comm_t comm, const Chain& chain, const zrt_partition_config_t& config, Run* run) {
+// slot_addresses: stage 3's units at their slots' addresses, the path before stable addresses
+// (PartitionManager::set_stable_addresses, not in the C API), where the checks below must fail.
+void make_run(zrt_comm_t comm, const Chain& chain, const zrt_partition_config_t& config, Run* run,
+              bool slot_addresses = false) {
   OK_OR_RETURN(zrt_partition_create(comm, &config, &run->pm));
+  if (slot_addresses) run->pm->impl->set_stable_addresses(false);
   MlpShape shape;
   shape.dims = chain.dims;
   const MlpParams init = mlp_init(shape, 11);
@@ -116,12 +120,12 @@ struct Outcome {
 };
 
 void train_saved_views(zrt_comm_t comm, const Chain& chain, const zrt_partition_config_t& config,
-                       int steps, Outcome* out) {
+                       int steps, Outcome* out, bool slot_addresses = false) {
   int rank = 0, size = 1;
   OK_OR_RETURN(zrt_comm_rank(comm, &rank));
   OK_OR_RETURN(zrt_comm_size(comm, &size));
   Run run;
-  make_run(comm, chain, config, &run);
+  make_run(comm, chain, config, &run, slot_addresses);
   if (::testing::Test::HasFatalFailure()) return;
   const int layers = chain.layers();
   const int rows = chain.batch / size;
@@ -243,10 +247,8 @@ void saved_views_body(int /*rank*/, int size) {
     EXPECT_LE(difference(stage3, stage1), 1e-6);
   }
   // On the slot addresses the saved pointers show whatever their slot holds by backward.
-  PartitionResources::set_stable_addresses_for_bench(false);
   Outcome slots;
-  train_saved_views(comm, chain, chain_config(3), steps, &slots);
-  PartitionResources::set_stable_addresses_for_bench(true);
+  train_saved_views(comm, chain, chain_config(3), steps, &slots, /*slot_addresses=*/true);
   EXPECT_GT(difference(slots, stage0), 1e-3) << "the check would pass without stable addresses";
   EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS) << zrt_last_error();
 }
@@ -325,10 +327,8 @@ void fixed_pointers_body(int /*rank*/, int /*size*/) {
     OK_OR_RETURN(zrt_partition_destroy(run.pm));
   }
   // The same loop on the slot addresses sees the pointers move: the check above can fail.
-  PartitionResources::set_stable_addresses_for_bench(false);
   Run run;
-  make_run(comm, chain, chain_config(3), &run);
-  PartitionResources::set_stable_addresses_for_bench(true);
+  make_run(comm, chain, chain_config(3), &run, /*slot_addresses=*/true);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
   std::vector<const float*> seen(chain.layers(), nullptr);
   int moved = 0;
