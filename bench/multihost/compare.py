@@ -40,19 +40,31 @@ def on_host(name, host, argv, env=None, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+def host_script(first_rank, count):
+    """Starts `count` ranks in one host's namespaces (each `netns.sh exec` makes fresh IPC and
+    PID namespaces: ranks of one host must share them to use shared memory); only the first
+    rank's stdout stays stdout; exits with the first failure's code."""
+    lines = ["rc=0"]
+    for local in range(count):
+        redirect = "" if local == 0 else " >&2"
+        lines.append(f'RANK={first_rank + local} LOCAL_RANK={local} "$@"{redirect} & p{local}=$!')
+    lines += [f"wait $p{local} || rc=$?" for local in range(count)] + ["exit $rc"]
+    return "\n".join(lines)
+
+
 def zrt_times(args, name, local, hierarchy, port):
     """{(collective, bytes): time_us} from one zrt-bench sweep on 2 hosts x local ranks."""
-    world = 2 * local
     processes = []
-    for rank in range(world):
-        env = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": rank % local,
-               "LOCAL_WORLD_SIZE": local, "MASTER_ADDR": "10.213.0.1", "MASTER_PORT": port,
-               "ZRT_JOB_TOKEN": f"{name}-{hierarchy}", "ZRT_HIERARCHY": hierarchy}
+    for host in range(2):
+        env = {"WORLD_SIZE": 2 * local, "LOCAL_WORLD_SIZE": local, "MASTER_ADDR": "10.213.0.1",
+               "MASTER_PORT": port, "ZRT_JOB_TOKEN": f"{name}-{hierarchy}",
+               "ZRT_HIERARCHY": hierarchy}
         argv = [args.zrt_bench, "-b", SIZES[0], "-e", SIZES[-1], "-f", 4, "-n", args.iters,
                 "-w", args.warmup, "-c", 0, "-a", 1, "--no-progress"] + COLLS
-        if rank == 0:
+        if host == 0:
             argv += ["--json", "-"]
-        processes.append(on_host(name, rank // local, argv, {k: str(v) for k, v in env.items()}))
+        processes.append(on_host(name, host, ["/bin/sh", "-c", host_script(host * local, local),
+                                              "sh"] + argv, {k: str(v) for k, v in env.items()}))
     outputs = [p.communicate(timeout=1800) for p in processes]
     for p, (out, err) in zip(processes, outputs):
         if p.returncode != 0:
@@ -104,7 +116,7 @@ def ucx_both_ways(name, streams, message, total_bytes):
         out, err = client.communicate(timeout=600)
         if client.returncode != 0:
             sys.exit(f"ucx_perftest failed with {client.returncode}:\n{out}\n{err}")
-        last = [line for line in out.splitlines() if line and line[0].isdigit()][-1]
+        last = [line.strip() for line in out.splitlines() if line.strip()[:1].isdigit()][-1]
         overall_bw = float(last.split(",")[5])  # MB/s, MB = 2^20 bytes
         per_direction[index // streams] += overall_bw * (1 << 20)
     for server in servers:
@@ -138,6 +150,7 @@ def main():
         two_level = zrt_times(args, args.name, local, "two-level", 29701)
         flat = zrt_times(args, args.name, local, "flat", 29702)
         ob1 = ob1_times(args, args.name, local, binary)
+        print(f"# measured zrt two-level {two_level}\n# zrt flat {flat}\n# ob1 {ob1}", flush=True)
         ucx = {}
         for size in SIZES:
             block = size // (hosts * local)
