@@ -17,6 +17,8 @@
 #include "collectives/reduce_chain.h"
 #include "collectives/ring_all_gather.h"
 #include "collectives/ring_reduce_scatter.h"
+#include "collectives/two_level_all_gather.h"
+#include "collectives/two_level_reduce_scatter.h"
 #include "collectives/window_all_gather.h"
 #include "collectives/window_reduce_scatter.h"
 #include "lib/core/dtype.h"
@@ -277,6 +279,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   // Ring reduce-scatter and all-gather write into the neighbour's mapped inbox when every rank
   // is on this host (EngineOptions::peer_windows), else send tagged messages.
   const bool windows = stream.engine().options().peer_windows;
+  // Ranks on several hosts: the rings run inside each host, then across (two_level_*.h).
+  const int two_level_hosts = stream.engine().options().two_level_hosts;
+  const HostGrid grid{two_level_hosts, two_level_hosts > 1 ? size / two_level_hosts : size};
+  const bool two_level = two_level_hosts > 1;
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
       AllReduceAlgorithm algorithm =
@@ -295,7 +301,12 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       } else {
         BlockLayout layout{args.count / n, args.count % n};
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
-        if (windows) {
+        if (two_level) {
+          task->add_phase(
+              std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0));
+          task->add_phase(std::make_unique<TwoLevelAllGather>(own, recv, layout, esize, grid,
+                                                              kTwoLevelGatherTags));
+        } else if (windows) {
           task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
           const uint32_t after =
               WindowPhase::units(layout, size, esize, stream.engine().options().window_slot_bytes);
@@ -309,7 +320,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       break;
     }
     case ZRT_COLL_REDUCE_SCATTER:
-      if (windows) {
+      if (two_level) {
+        task->add_phase(std::make_unique<TwoLevelReduceScatter>(
+            send, recv, BlockLayout{args.count, 0}, spec, grid, 0));
+      } else if (windows) {
         task->add_phase(
             std::make_unique<WindowReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
       } else {
@@ -318,7 +332,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       }
       break;
     case ZRT_COLL_ALL_GATHER:
-      if (windows) {
+      if (two_level) {
+        task->add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},
+                                                            esize, grid, 0));
+      } else if (windows) {
         task->add_phase(
             std::make_unique<WindowAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
       } else {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "collectives/internal.h"
+#include "collectives/two_level_grid.h"
 #include "lib/core/log.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -43,6 +44,33 @@ struct SplitRecord {
 
 }  // namespace
 
+int Communicator::two_level_hosts() const {
+  if (host_ids_.empty()) return 0;
+  const int64_t mode = options_.settings.integer(SettingId::kHierarchy);  // auto|flat|two-level
+  if (mode == 1) return 0;
+  HostGrid grid;
+  std::string why_not;
+  if (!make_host_grid(host_ids_, &grid, &why_not)) {
+    if (rank_ == 0) {
+      ZRT_LOG_INFO("{}: ZRT_HIERARCHY={}: flat collectives, since {}", options_.name,
+                   options_.settings.text(SettingId::kHierarchy), why_not);
+    }
+    return 0;
+  }
+  if (grid.local == 1) {
+    if (rank_ == 0) {
+      ZRT_LOG_INFO("{}: one rank on each of {} hosts: flat collectives (already one hop a host)",
+                   options_.name, grid.hosts);
+    }
+    return 0;
+  }
+  if (rank_ == 0) {
+    ZRT_LOG_INFO("{}: {} hosts of {} ranks: two-level reduce-scatter, all-gather and all-reduce",
+                 options_.name, grid.hosts, grid.local);
+  }
+  return grid.hosts;
+}
+
 Status Communicator::start_engine() {
   EngineOptions engine_options;
   engine_options.rank = rank_;
@@ -58,6 +86,7 @@ Status Communicator::start_engine() {
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
   engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
+  engine_options.two_level_hosts = two_level_hosts();
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
   return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);
 }
@@ -71,6 +100,13 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
   comm->local_rank_ = bootstrap.local_rank();
   comm->local_size_ = bootstrap.local_size();
   comm->options_ = options;
+  if (comm->local_size_ < comm->size_) {
+    // The world spans hosts: learn which ranks share one, for the two-level collectives.
+    const uint64_t mine = host_hash();
+    comm->host_ids_.resize(static_cast<size_t>(comm->size_));
+    ZRT_RETURN_IF_ERROR(bootstrap.allgather(&mine, comm->host_ids_.data(), sizeof(mine))
+                            .with_context("exchanging host names for the host grid"));
+  }
   ZRT_RETURN_IF_ERROR(
       create_ucx_transport(bootstrap, transport_options(comm->options_), &comm->transport_));
   ZRT_RETURN_IF_ERROR(comm->start_engine());
@@ -143,6 +179,9 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     if (records[members[i]].host != mine.host) continue;
     if (static_cast<int>(i) == child->rank_) child->local_rank_ = child->local_size_;
     ++child->local_size_;
+  }
+  if (child->local_size_ < child->size_) {
+    for (int old : members) child->host_ids_.push_back(records[old].host);
   }
   ZRT_RETURN_IF_ERROR(wire_ucx_transport(std::move(worker), child->rank_, child->size_,
                                          member_addresses, transport_options(child->options_),

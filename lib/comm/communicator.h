@@ -100,11 +100,17 @@ class Communicator {
   Communicator() = default;
   // Starts the progress engine over transport_ and creates the default stream.
   Status start_engine();
+  // EngineOptions::two_level_hosts from host_ids_ and ZRT_HIERARCHY, with the log line saying
+  // which collectives run and why.
+  int two_level_hosts() const;
 
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  // One identifier per rank, equal on the ranks of one host (a hash of the host name); empty
+  // when every rank is on this host. Decides the two-level collectives (start_engine).
+  std::vector<uint64_t> host_ids_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ProgressEngine> engine_;

@@ -100,6 +100,14 @@ constexpr SettingSpec kSpecs[] = {
      .doc = "where each rank writes its flight recorder on a failure, SIGTERM or SIGUSR1 "
             "(unset: only on request, zrt_comm_dump_trace)",
      .default_doc = "unset"},
+    {.id = SettingId::kHierarchy,
+     .name = "ZRT_HIERARCHY",
+     .type = SettingType::kEnum,
+     .default_value = "auto",
+     .doc = "ranks on several hosts: reduce-scatter, all-gather and all-reduce run within each "
+            "host, then across hosts (two-level; auto when every host has as many consecutive "
+            "ranks) or as one ring over all ranks (flat)",
+     .accepts = "auto|flat|two-level"},
 };
 static_assert(std::size(kSpecs) == kSettingCount);
 

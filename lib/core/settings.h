@@ -42,8 +42,9 @@ enum class SettingId {
   kUcxErrMode,
   kTraceDepth,
   kTraceDir,
+  kHierarchy,
 };
-inline constexpr size_t kSettingCount = 11;
+inline constexpr size_t kSettingCount = 12;
 
 struct SettingSpec {
   SettingId id;

@@ -87,6 +87,10 @@ struct EngineOptions {
   // The all-reduce algorithm (collectives/algorithm.h); unset = ZRT_ALGO, which
   // create_progress_engine reads once, so a bad value fails the engine's creation, not a call.
   std::optional<AllReduceAlgorithm> all_reduce_algorithm;
+  // Two-level collectives (collectives/two_level_reduce_scatter.h): > 1 when the ranks are on
+  // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
+  // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
+  int two_level_hosts = 0;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""zrt's collectives across simulated hosts next to what UCX and Open MPI do there, in the
+same minutes: 2 hosts (scripts/netns.sh, root) of --local ranks each.
+
+  bench/multihost/compare.py --zrt-bench build/tools/zrt-bench/zrt-bench [-n 5] [-w 2]
+
+Per size (the whole buffer, 64 KiB .. 64 MiB, x4) and collective it prints zrt-bench's time with
+ZRT_HIERARCHY=two-level and =flat, Open MPI ob1's over tcp (mpi_colls.c, mpirun through
+netns_agent.sh), and:
+  - zrt/ob1: ob1's time over zrt's (above 1: zrt is faster);
+  - zrt/UCX: the cross-host bytes zrt must move per direction ((H-1)/H of the buffer for
+    reduce-scatter and all-gather, twice that for all-reduce) per second, over what
+    ucx_perftest tag_bw moves per direction while both directions run at once, with as many
+    streams each way as the two-level collectives use (--local: one per local rank) and
+    messages of one rank's block.
+Times are per call, the mean over ranks (zrt-bench -a 1) or the slowest rank's mean (ob1).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NETNS = os.path.join(ROOT, "scripts", "netns.sh")
+AGENT = os.path.join(ROOT, "bench", "multihost", "netns_agent.sh")
+SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+COLLS = ["reduce_scatter", "all_gather", "all_reduce"]
+
+
+def netns(*args, **kwargs):
+    return subprocess.run([NETNS] + [str(a) for a in args], check=True, **kwargs)
+
+
+def on_host(name, host, argv, env=None, **kwargs):
+    full = dict(os.environ)
+    full.update(env or {})
+    return subprocess.Popen([NETNS, "exec", name, str(host)] + [str(a) for a in argv], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def host_script(first_rank, count):
+    """Starts `count` ranks in one host's namespaces (each `netns.sh exec` makes fresh IPC and
+    PID namespaces: ranks of one host must share them to use shared memory); only the first
+    rank's stdout stays stdout; exits with the first failure's code."""
+    lines = ["rc=0"]
+    for local in range(count):
+        redirect = "" if local == 0 else " >&2"
+        lines.append(f'RANK={first_rank + local} LOCAL_RANK={local} "$@"{redirect} & p{local}=$!')
+    lines += [f"wait $p{local} || rc=$?" for local in range(count)] + ["exit $rc"]
+    return "\n".join(lines)
+
+
+def zrt_times(args, name, local, hierarchy, port):
+    """{(collective, bytes): time_us} from one zrt-bench sweep on 2 hosts x local ranks."""
+    processes = []
+    for host in range(2):
+        env = {"WORLD_SIZE": 2 * local, "LOCAL_WORLD_SIZE": local, "MASTER_ADDR": "10.213.0.1",
+               "MASTER_PORT": port, "ZRT_JOB_TOKEN": f"{name}-{hierarchy}",
+               "ZRT_HIERARCHY": hierarchy}
+        argv = [args.zrt_bench, "-b", SIZES[0], "-e", SIZES[-1], "-f", 4, "-n", args.iters,
+                "-w", args.warmup, "-c", 0, "-a", 1, "--no-progress"] + COLLS
+        if host == 0:
+            argv += ["--json", "-"]
+        processes.append(on_host(name, host, ["/bin/sh", "-c", host_script(host * local, local),
+                                              "sh"] + argv, {k: str(v) for k, v in env.items()}))
+    outputs = [p.communicate(timeout=1800) for p in processes]
+    for p, (out, err) in zip(processes, outputs):
+        if p.returncode != 0:
+            sys.exit(f"zrt-bench ({hierarchy}) failed with {p.returncode}:\n{out}\n{err}")
+    report = json.loads(outputs[0][0])
+    return {(row["collective"], row["size"]): row["out_of_place"]["time_us"]
+            for row in report["rows"]}
+
+
+def ob1_times(args, name, local, binary):
+    hosts = f"{name}-h0:{local},{name}-h1:{local}"
+    argv = ["mpirun", "--allow-run-as-root", "--host", hosts, "-np", 2 * local,
+            "--mca", "plm_rsh_agent", AGENT, "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+            binary, SIZES[0], SIZES[-1], args.iters, args.warmup]
+    process = on_host(name, 0, argv)
+    out, err = process.communicate(timeout=1800)
+    if process.returncode != 0:
+        sys.exit(f"mpirun failed with {process.returncode}:\n{out}\n{err}")
+    times = {}
+    for line in out.splitlines():
+        coll, size, us = line.split()
+        times[(coll, int(size))] = float(us)
+    return times
+
+
+def ucx_both_ways(name, streams, message, total_bytes):
+    """Bytes per second one direction carries while `streams` tag_bw pairs run each way."""
+    iters = max(20, min(2000, total_bytes // message))
+    env = {"UCX_TLS": "tcp,self"}
+    servers, clients = [], []
+    for direction in range(2):
+        for stream in range(streams):
+            port = 13400 + direction * 100 + stream
+            server_host = direction
+            servers.append(on_host(name, server_host, ["ucx_perftest", "-t", "tag_bw", "-s",
+                                                       message, "-n", iters, "-w", 5, "-p", port,
+                                                       "-f", "-v"], env))
+    time.sleep(1.0)
+    for direction in range(2):
+        for stream in range(streams):
+            port = 13400 + direction * 100 + stream
+            address = f"10.213.0.{direction + 1}"
+            clients.append(on_host(name, 1 - direction, ["ucx_perftest", address, "-t", "tag_bw",
+                                                          "-s", message, "-n", iters, "-w", 5,
+                                                          "-p", port, "-f", "-v"], env))
+    per_direction = [0.0, 0.0]
+    for index, client in enumerate(clients):
+        out, err = client.communicate(timeout=600)
+        if client.returncode != 0:
+            sys.exit(f"ucx_perftest failed with {client.returncode}:\n{out}\n{err}")
+        last = [line.strip() for line in out.splitlines() if line.strip()[:1].isdigit()][-1]
+        overall_bw = float(last.split(",")[5])  # MB/s, MB = 2^20 bytes
+        per_direction[index // streams] += overall_bw * (1 << 20)
+    for server in servers:
+        server.communicate(timeout=60)
+    return min(per_direction)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zrt-bench", required=True)
+    parser.add_argument("--local", type=int, default=2, help="ranks per host (default 2)")
+    parser.add_argument("-n", "--iters", type=int, default=5)
+    parser.add_argument("-w", "--warmup", type=int, default=2)
+    parser.add_argument("--name", default=f"mb{os.getpid() % 100000}")
+    parser.add_argument("--build-dir", default=os.path.join(ROOT, "build", "bench-multihost"),
+                        help="where mpi_colls is built (visible on every simulated host)")
+    args = parser.parse_args()
+    args.zrt_bench = os.path.abspath(args.zrt_bench)
+    check = subprocess.run([NETNS, "check"], capture_output=True, text=True)
+    if check.returncode != 0:
+        sys.exit(check.stdout.strip() or check.stderr.strip())
+    os.makedirs(args.build_dir, exist_ok=True)
+    binary = os.path.join(args.build_dir, "mpi_colls")
+    subprocess.run(["mpicc", "-O2", "-o", binary,
+                    os.path.join(ROOT, "bench", "multihost", "mpi_colls.c")], check=True)
+    local, hosts = args.local, 2
+    netns("up", args.name, hosts)
+    try:
+        started = time.time()
+        two_level = zrt_times(args, args.name, local, "two-level", 29701)
+        flat = zrt_times(args, args.name, local, "flat", 29702)
+        ob1 = ob1_times(args, args.name, local, binary)
+        print(f"# measured zrt two-level {two_level}\n# zrt flat {flat}\n# ob1 {ob1}", flush=True)
+        ucx = {}
+        for size in SIZES:
+            block = size // (hosts * local)
+            ucx[size] = ucx_both_ways(args.name, local, block, max(size, 64 << 20))
+        print(f"# 2 hosts x {local} ranks, tcp over veth; measured in {time.time() - started:.0f} s;"
+              f" times in us per call; UCX = tag_bw, {local} streams each way at once")
+        print(f"{'collective':<15}{'bytes':>10}{'two-level':>11}{'flat':>11}{'ob1':>11}"
+              f"{'UCX GB/s':>10}{'2L/UCX':>8}{'flat/UCX':>9}{'2L/ob1':>8}{'flat/ob1':>9}")
+        for coll in COLLS:
+            for size in SIZES:
+                wire = size * (hosts - 1) / hosts * (2 if coll == "all_reduce" else 1)
+                t2, tf, tm = two_level[(coll, size)], flat[(coll, size)], ob1[(coll, size)]
+                print(f"{coll:<15}{size:>10}{t2:>11.0f}{tf:>11.0f}{tm:>11.0f}"
+                      f"{ucx[size] / 1e9:>10.3f}{wire / (t2 * 1e-6) / ucx[size]:>8.2f}"
+                      f"{wire / (tf * 1e-6) / ucx[size]:>9.2f}{tm / t2:>8.2f}{tm / tf:>9.2f}")
+    finally:
+        netns("down", args.name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+// Two-level all-gather, for ranks on H hosts of L consecutive ranks each (two_level_grid.h): the
+// reverse of two_level_reduce_scatter.h. Level one is an all-gather across the hosts among the
+// ranks of local rank l: rank (h, l) receives block (g, l) of every host g straight into its
+// place in the output. Level two is an all-gather inside each host, once for the L blocks of
+// every host g (contiguous in the output): each local rank contributes the block (g, l) that
+// level one brought it. A host receives L(H-1) blocks over the network, each exactly once.
+//
+// Pipelining: every block is cut into chunks of kChunkBytes; level one runs chunk after chunk
+// without waiting, level two runs job (k, g) for every host g once level one has chunk k, so
+// the network moves chunk k+1 while the host's ranks exchange chunk k. No staging: both levels
+// receive into the output.
+#pragma once
+
+#include <vector>
+
+#include "collectives/coll_task.h"
+#include "collectives/two_level_grid.h"
+#include "collectives/two_level_ring_gather.h"
+
+namespace zrt {
+
+// The all-reduce's all-gather phase starts its tags here, half the task's tag space after its
+// reduce-scatter phase's (tags may wrap: the transport matches equal tags in posting order).
+inline constexpr uint32_t kTwoLevelGatherTags = 0x8000;
+
+class TwoLevelAllGather final : public Phase {
+ public:
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  static constexpr size_t kMessageBytes = size_t{128} << 10;
+
+  TwoLevelAllGather(const void* own, void* output, BlockLayout layout, size_t element_size,
+                    HostGrid grid, uint32_t tag_offset)
+      : own_(static_cast<const char*>(own)),
+        output_(static_cast<char*>(output)),
+        layout_(layout),
+        element_size_(element_size),
+        grid_(grid),
+        tag_offset_(tag_offset) {}
+
+  Status start(TaskContext& context, CollTask& task) override;
+  Status progress(TaskContext& context, CollTask& task, bool* done) override;
+
+ private:
+  bool start_cross_job();
+  bool start_host_job();
+  char* block_chunk(int block, size_t chunk) const {
+    return output_ + (layout_.offset(block) + chunk * chunk_elems_) * element_size_;
+  }
+
+  const char* own_;
+  char* output_;
+  BlockLayout layout_;
+  size_t element_size_;
+  HostGrid grid_;
+  uint32_t tag_offset_;
+  int rank_ = 0;
+  int host_ = 0;
+  int local_ = 0;
+  std::vector<int> host_members_;
+  std::vector<int> cross_members_;
+  SubringGather host_ring_;
+  SubringGather cross_ring_;
+  size_t chunk_elems_ = 1;
+  size_t chunks_ = 0;
+  size_t cross_jobs_started_ = 0;
+  size_t host_jobs_started_ = 0;  // job (k, g) is number k * H + g
+  uint32_t host_tag_ = 0;
+  uint32_t cross_tag_ = 0;
+  std::vector<char*> host_output_;
+  std::vector<size_t> host_length_;
+  std::vector<char*> cross_output_;
+  std::vector<size_t> cross_length_;
+};
+
+}  // namespace zrt

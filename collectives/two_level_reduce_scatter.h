@@ -1,0 +1,84 @@
+// Two-level reduce-scatter, for ranks on H hosts of L consecutive ranks each (two_level_grid.h).
+//
+// Rank r = (host h, local rank l) must end with block r. The blocks for the ranks of host g are
+// contiguous, so level one is a reduce-scatter inside each host over those L blocks: local rank
+// l gets the host's partial sum of block (g, l). Level two is a reduce-scatter across the hosts
+// among the ranks of local rank l (one per host), over the H partials: rank (h, l) gets the sum
+// of the hosts' partials of its own block. Each rank sends (L-1)/L of the data to its host's
+// ranks and (H-1)/H of its L-th share across: a host sends L(H-1) blocks over the network, where
+// one ring over all ranks would send N-1 of them per host link, and L links per host carry them
+// at once.
+//
+// Reduction order (fixed, the same on every run; it differs from the flat ring's): element of
+// block (h, l) = ring order across hosts of the partials, each partial in ring order inside its
+// host: Σ_g over hosts starting at host h+1 and ending at h of (Σ_j over local ranks starting
+// at l+1 and ending at l of x[g, j]), each Σ as SubringReduce orders it
+// (two_level_ring_reduce.h).
+//
+// Pipelining: every block is cut into chunks of chunk_elems elements. Level one runs job (k, g)
+// for chunk k and host g in order; level two runs chunk k as soon as level one finished chunk k
+// for every host, so the network carries chunk k while the host reduces chunk k+1. Level one's
+// partials sit in kDepth staging buffers of H chunks each in the stream's scratch memory.
+#pragma once
+
+#include <vector>
+
+#include "collectives/coll_task.h"
+#include "collectives/two_level_grid.h"
+#include "collectives/two_level_ring_reduce.h"
+
+namespace zrt {
+
+class TwoLevelReduceScatter final : public Phase {
+ public:
+  static constexpr int kDepth = 2;
+  static constexpr size_t kSlotBytes = size_t{128} << 10;
+
+  TwoLevelReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
+                        HostGrid grid, uint32_t tag_offset)
+      : input_(static_cast<const char*>(input)),
+        output_(static_cast<char*>(output)),
+        layout_(layout),
+        spec_(spec),
+        grid_(grid),
+        tag_offset_(tag_offset) {}
+
+  Status start(TaskContext& context, CollTask& task) override;
+  Status progress(TaskContext& context, CollTask& task, bool* done) override;
+
+ private:
+  bool start_host_job();
+  bool start_cross_job();
+  size_t chunk_length(int block, size_t chunk) const {
+    return layout_.chunk_length(block, chunk, chunk_elems_);
+  }
+  char* staging(size_t chunk, int host) const {
+    return staging_ + ((chunk % kDepth) * grid_.hosts + host) * chunk_elems_ * spec_.element_size;
+  }
+
+  const char* input_;
+  char* output_;
+  BlockLayout layout_;
+  ReduceSpec spec_;
+  HostGrid grid_;
+  uint32_t tag_offset_;
+  int host_ = 0;
+  int local_ = 0;
+  std::vector<int> host_members_;   // this host's ranks
+  std::vector<int> cross_members_;  // the ranks of this local rank on every host
+  SubringReduce host_ring_;
+  SubringReduce cross_ring_;
+  char* staging_ = nullptr;
+  size_t chunk_elems_ = 1;
+  size_t chunks_ = 0;
+  size_t host_jobs_started_ = 0;  // job (k, g) is number k * H + g
+  size_t cross_jobs_started_ = 0;
+  uint32_t host_tag_ = 0;
+  uint32_t cross_tag_ = 0;
+  std::vector<const char*> host_input_;
+  std::vector<size_t> host_length_;
+  std::vector<const char*> cross_input_;
+  std::vector<size_t> cross_length_;
+};
+
+}  // namespace zrt

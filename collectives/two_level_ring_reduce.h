@@ -1,0 +1,73 @@
+// SubringReduce: one ring reduce-scatter among a subset of the communicator's ranks (the ranks
+// of one host, or the ranks of equal local rank on every host), over blocks that need not be
+// contiguous, as the two-level collectives run it job after job (two_level_reduce_scatter.h).
+//
+// The ring is RingReduceScatter's (ring_reduce_scatter.h) with ranks replaced by positions in
+// `members`: the partial of block s starts at member s+1 and walks right; member s adds its own
+// input last, so block s is ((x[s+1] + x[s+2]) + ...) + x[s] over the members, on every run.
+// Blocks are cut into chunks of slot_bytes; up to kSlots receives and kSlots forwarded partials
+// are in flight. A job is done when every reduction was made and every send completed, so the
+// next job may reuse the slots and the caller may reuse the inputs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/coll_task.h"
+
+namespace zrt {
+
+class SubringReduce {
+ public:
+  static constexpr int kSlots = 4;
+
+  // `members` (comm ranks in ring order) must outlive the object; `me` is this rank's position;
+  // `scratch` holds 2 * kSlots * slot_bytes.
+  void init(const std::vector<int>* members, int me, char* scratch, size_t slot_bytes,
+            const ReduceSpec& spec);
+  // Starts a job: block j of every member is `length[j]` elements at `input[j]` (arrays of
+  // members.size()); this rank's block goes to `output`. Every input is multiplied by
+  // input_scale (the spec's scale on the user's data, 1 on partials). `final`: output is the
+  // user's buffer (reduce_chunk's streamed stores apply). Tags start at tag_first.
+  void begin(const char* const* input, const size_t* length, char* output, double input_scale,
+             bool final, uint32_t tag_first);
+  // Advances as far as completions allow; *moved when anything happened.
+  Status progress(TaskContext& context, CollTask& task, bool* moved);
+  bool active() const { return active_; }
+  // Tags a job over these lengths uses.
+  uint32_t units() const { return static_cast<uint32_t>(unit_count_); }
+  int left() const { return left_; }
+
+ private:
+  size_t chunk_count(int block, size_t chunk) const;
+  const char* input_chunk(int block, size_t chunk) const;
+  bool finish_sends(CollTask& task, Status* status);
+
+  const std::vector<int>* members_ = nullptr;
+  int me_ = 0;
+  int size_ = 1;
+  int left_ = 0;
+  int right_ = 0;
+  ReduceSpec spec_;
+  size_t chunk_elems_ = 1;
+  std::array<char*, kSlots> recv_slots_{};
+  std::array<char*, kSlots> send_slots_{};
+
+  bool active_ = false;
+  const char* const* input_ = nullptr;
+  const size_t* length_ = nullptr;
+  char* output_ = nullptr;
+  double input_scale_ = 1.0;
+  bool final_ = false;
+  uint32_t tag_first_ = 0;
+  uint64_t unit_count_ = 0;
+  uint64_t next_post_ = 0;
+  uint64_t next_reduce_ = 0;
+  uint64_t send_seq_ = 0;
+  std::array<PostedOp, kSlots> recvs_;
+  std::array<PostedOp, kSlots> input_sends_;
+  std::array<PostedOp, kSlots> slot_sends_;
+};
+
+}  // namespace zrt
