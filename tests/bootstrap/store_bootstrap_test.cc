@@ -117,7 +117,7 @@ TEST(StoreBootstrap, MismatchedTokenIsRefused) {
         Status status = create_store_bootstrap(ranks, 1000, &bootstrap);
         if (rank == 1) {
           EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
-          EXPECT_NE(status.message().find("wrong job token"), std::string::npos)
+          EXPECT_NE(status.message().find("belongs to another job"), std::string::npos)
               << status.message();
           return;
         }
