@@ -26,10 +26,11 @@ class Nodes:
         self.hosts = hosts
         self.master_port = master_port
 
-    def start(self, node, nnodes, nproc, argv, extra=(), env=None):
+    def start(self, node, nnodes, nproc, argv, extra=(), env=None, job="job-a"):
+        identity = ["--rdzv-id", job] if job else []
         command = [ZRT_RUN, "--nnodes", nnodes, "--node-rank", node, "--master-addr",
                    self.hosts.hostname(0), "--master-port", self.master_port, "-n", nproc,
-                   *extra, *argv]
+                   *identity, *extra, *argv]
         return self.hosts.popen(node, command, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
 
@@ -112,7 +113,7 @@ class LaunchNodesTest(unittest.TestCase):
                 nodes = Nodes(hosts, port())
                 started = [(job, nodes.start(node, 2, 1, [HELPER, "job"],
                                              ["--join-timeout", "10"],
-                                             env={"JOB_MARK": str(job)}))
+                                             env={"JOB_MARK": str(job)}, job=f"job-{job}"))
                            for node in range(2) for job in (1, 2)]
                 outcomes = {1: [], 2: []}
                 for job, process in started:
@@ -125,9 +126,16 @@ class LaunchNodesTest(unittest.TestCase):
                     else:
                         failed = [out for code, out in runs if code != 0]
                         self.assertTrue(any(
-                            "joined more than once" in out or "has joined already" in out
-                            or "cannot serve the job's store" in out or "was refused" in out
-                            for out in failed), text)
+                            "belongs to another job" in out
+                            or "cannot serve the job's store" in out for out in failed), text)
+
+    def test_several_nodes_without_a_job_identity_are_refused(self):
+        with simhosts.SimulatedHosts(1) as hosts:
+            nodes = Nodes(hosts, port())
+            code, out = nodes.finish(nodes.start(0, 2, 1, [HELPER, "job"], job=None))
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("several nodes need the job's identity", out)
+            self.assertIn("--rdzv-id", out)
 
 
 if __name__ == "__main__":

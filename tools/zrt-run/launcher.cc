@@ -365,7 +365,7 @@ void Job::reap() {
     if (exit_code_ == 0) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
-    begin_termination(fmt::format("rank {} failed", process.rank));
+    begin_termination(fmt::format("{}rank {} failed", node_name(), process.rank));
   }
 }
 
@@ -595,6 +595,15 @@ bool Job::form_nodes(const sigset_t& interrupting, int* store_port, int* master_
       options_.rdzv_id.empty()
           ? job_identity_from(read_environment)
           : JobIdentity{"zrt-run:" + options_.rdzv_id, "--rdzv-id " + options_.rdzv_id};
+  if (identity.token.empty()) {
+    // Nodes share nothing else that tells two jobs apart: without an identity, a node of
+    // another job started on this port could take a node's place before the real one arrives.
+    message(
+        "several nodes need the job's identity, the same on every node and different from any "
+        "other job's: pass --rdzv-id ID (e.g. a timestamp), or launch under Slurm (SLURM_JOB_ID) "
+        "or with ZRT_JOB_TOKEN set");
+    return false;
+  }
   node.token = identity.token;
   node.token_source = identity.source;
   *token = identity.token;

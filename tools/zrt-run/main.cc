@@ -16,8 +16,8 @@ constexpr const char* kExamples = R"(Examples:
   zrt-run -n 2 --bind ./prog             each rank on its own cores (see zrt-topo -n 2)
 
 Several nodes (torchrun's options; run it on every node, node 0 first or last):
-  zrt-run --nnodes 2 --node-rank 0 --master-addr h0 -n 2 ./train     on h0
-  zrt-run --nnodes 2 --node-rank 1 --master-addr h0 -n 2 ./train     on h1
+  zrt-run --nnodes 2 --node-rank 0 --master-addr h0 --rdzv-id job7 -n 2 ./train    on h0
+  zrt-run --nnodes 2 --node-rank 1 --master-addr h0 --rdzv-id job7 -n 2 ./train    on h1
 
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=NODE_RANK,
 GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZRT_STORE_ADDR/PORT, ZRT_JOB_TOKEN and
@@ -26,9 +26,9 @@ take it along. On one node the store is on loopback, MASTER_PORT a free port (--
 and the token random. On several, node 0's zrt-run serves the store on every interface at
 --master-port + 1 (--port), MASTER_PORT = --master-port (default 29500) is left to the
 framework as under torchrun, and global ranks are node-major (node K holds K*n .. K*n+n-1).
-The job's identity is --rdzv-id, else the launcher's job id (SLURM_JOB_ID, ...): a node of
-another job, or one started with another --nnodes or -n, is refused with an error on both
-sides; a node that does not arrive within --join-timeout is named.
+The job's identity is --rdzv-id, else the launcher's job id (SLURM_JOB_ID, ZRT_JOB_TOKEN, ...);
+several nodes need one. A node of another job, or one started with another --nnodes or -n, is
+refused with an error on both sides; a node that does not arrive within --join-timeout is named.
 Ranks' stdin is /dev/null. If a rank exits non-zero or is killed (on any node), every rank of
 the job gets SIGTERM, then SIGKILL after a grace period, and every zrt-run exits non-zero
 naming the node and rank. SIGINT and SIGTERM are forwarded to every local rank.)";
@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr,--master_addr", options.master_addr,
                  "node 0's address as the other nodes reach it (MASTER_ADDR)");
   app.add_option("--rdzv-id,--rdzv_id", options.rdzv_id,
-                 "the job's identity, the same on every node (default: the launcher's job id, "
-                 "SLURM_JOB_ID etc., else none)");
+                 "the job's identity, the same on every node; needed on several nodes unless "
+                 "the launcher gives one (SLURM_JOB_ID, ZRT_JOB_TOKEN, ...)");
   app.add_option("--join-timeout", options.join_timeout_s,
                  "seconds the nodes wait for one another, at the start and at the end")
       ->check(CLI::PositiveNumber);

@@ -139,11 +139,19 @@ Status NodeRendezvous::serve_or_join(const sigset_t& interrupting) {
   Status connected =
       StoreClient::connect(o.master_addr, o.store_port, o.token, o.join_timeout_ms, &client_);
   if (!connected.is_ok()) {
-    const std::string hint =
-        connected.code() == ZRT_TIMEOUT
-            ? unreachable_store_hint(o.master_addr, o.store_port, resolve_addresses(o.master_addr),
-                                     false)
-            : "this node's job identity: " + (o.token_source.empty() ? "none" : o.token_source);
+    std::string hint =
+        "this node's job identity: " + (o.token_source.empty() ? "none" : o.token_source);
+    if (connected.code() == ZRT_TIMEOUT) {
+      std::string here;
+      for (const std::string& address : resolve_addresses(o.master_addr)) {
+        here += (here.empty() ? "" : ", ") + address;
+      }
+      hint = fmt::format(
+          "--master-addr '{}' resolves to {} here; node 0's zrt-run serves the store on every "
+          "interface at port {} (--master-port + 1, or --port): is it running, with the same "
+          "--master-port, and is that port open between the hosts?",
+          o.master_addr, here.empty() ? "nothing" : here, o.store_port);
+    }
     return Status::error(connected.code(), "node {} ({}) cannot join node 0's store at {}: {} ({})",
                          o.node_rank, host_, store, connected.message(), hint);
   }
