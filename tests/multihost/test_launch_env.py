@@ -52,27 +52,69 @@ def on_one_host(ranks):
 
 
 class LaunchEnvTest(unittest.TestCase):
-    def test_two_jobs_on_one_port_without_a_token_never_mix(self):
+    def two_jobs(self, hosts, identity):
+        """Jobs 1 and 2, one rank on each host, started at once on one port; `identity(job)`
+        adds the launcher's variables. Returns {job: [(code, output)] by rank}."""
+        master_port = port()
+        started = [(job, start(hosts, rank, [HELPER, "job"],
+                               rank_env(rank, 2, hosts.hostname(0), master_port, JOB_MARK=job,
+                                        ZRT_LOG="warn", **identity(job))))
+                   for rank in range(2) for job in (1, 2)]
+        outcomes = {1: [], 2: []}
+        for job, process in started:
+            outcomes[job].append(finish(process))
+        return outcomes
+
+    def test_two_jobs_on_one_port_with_the_launchers_job_ids_never_mix(self):
+        ids = {"slurm": lambda job: {"SLURM_JOB_ID": 700 + job, "SLURM_STEP_ID": 0},
+               "torchrun": lambda job: {"TORCHELASTIC_RUN_ID": f"run-{job}"},
+               "openmpi": lambda job: {"PMIX_NAMESPACE": 1514012600 + job}}
         with simhosts.SimulatedHosts(2) as hosts:
-            for attempt in range(3):
-                master_port = port()
-                started = [(job, start(hosts, rank, [HELPER, "job"],
-                                       rank_env(rank, 2, hosts.hostname(0), master_port,
-                                                JOB_MARK=job)))
-                           for rank in range(2) for job in (1, 2)]
-                outcomes = {1: [], 2: []}
-                for job, process in started:
-                    outcomes[job].append(finish(process))
-                text = "\n".join(out for runs in outcomes.values() for _, out in runs)
+            for launcher, identity in ids.items():
+                outcomes = self.two_jobs(hosts, identity)
+                text = launcher + ":\n" + "\n".join(
+                    out for runs in outcomes.values() for _, out in runs)
                 self.assertNotIn("MIXED", text)
                 for job, runs in outcomes.items():
-                    if any(code != 0 for code, _ in runs):
+                    if all(code == 0 for code, _ in runs):
+                        self.assertEqual(sum(out.count("job ok") for _, out in runs), 2, text)
+                    else:
                         self.assertTrue(any(
-                            "more than once" in out or "has already joined" in out
+                            "belongs to another job" in out
                             or "cannot serve the bootstrap store" in out
                             for code, out in runs if code != 0), text)
-                    else:
-                        self.assertEqual(sum(out.count("job ok") for _, out in runs), 2, text)
+
+    def test_two_overlapping_jobs_without_any_identity_both_fail_saying_why(self):
+        """No identity at all: job 1's rank 0 serves; job 2's rank 0 finds the port taken and
+        claims rank 0 there; then both rank 1s come. Neither job forms a communicator."""
+        with simhosts.SimulatedHosts(2) as hosts:
+            master_port = port()
+            master = hosts.hostname(0)
+            first = start(hosts, 0, [HELPER, "job"],
+                          rank_env(0, 2, master, master_port, JOB_MARK=1, ZRT_LOG="info"))
+            for line in first.stdout:
+                if "rank 0 serves the store" in line:
+                    break
+            code, out = finish(start(hosts, 0, [HELPER, "job"],
+                                     rank_env(0, 2, master, master_port, JOB_MARK=2)))
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("rank 0 cannot serve the bootstrap store", out)
+            seconds = [start(hosts, 1, [HELPER, "job"],
+                             rank_env(1, 2, master, master_port, JOB_MARK=job))
+                       for job in (1, 2)]
+            results = [finish(first)] + [finish(p) for p in seconds]
+            text = "\n".join(out for _, out in results)
+            self.assertNotIn("job ok", text)
+            self.assertNotIn("MIXED", text)
+            for code, out in results:
+                self.assertNotEqual(code, 0, text)
+            # Job 1's rank 0 and the rank 1 that joined it learn why; the other rank 1 finds the
+            # store gone, or is refused its claim.
+            self.assertIn("two jobs share this store's port", results[0][1])
+            self.assertEqual(sum("two jobs share this store's port" in out
+                                 for _, out in results[1:]) +
+                             sum("cannot connect to the store" in out
+                                 for _, out in results[1:]), 2, text)
 
     def test_a_master_name_that_is_loopback_on_rank_0s_host_works(self):
         with simhosts.SimulatedHosts(2) as hosts:
