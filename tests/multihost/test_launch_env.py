@@ -28,6 +28,16 @@ def finish(process, timeout=90):
     return process.returncode, out
 
 
+def wait_for_links(hosts):
+    """UCX lists only the interfaces that are running; right after `netns.sh up` a veth may not
+    be yet, and UCX then finds no path to the other host. Bounded: 10 s per host."""
+    probe = ("import time\nfor _ in range(200):\n"
+             " if open('/sys/class/net/eth0/operstate').read().strip() == 'up': break\n"
+             " time.sleep(0.05)\n")
+    for index in range(hosts.count):
+        hosts.run(index, ["/usr/bin/python3", "-c", probe], timeout=30)
+
+
 def rank_env(rank, world, master, master_port, **extra):
     env = {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master,
            "MASTER_PORT": str(master_port), "HELPER_TIMEOUT_MS": "8000", "ZRT_TIMEOUT": "8"}
@@ -144,6 +154,7 @@ class LaunchEnvTest(unittest.TestCase):
 
     def static_torchrun(self, run_id):
         with simhosts.SimulatedHosts(2) as hosts:
+            wait_for_links(hosts)
             master_port = port()
             master = hosts.hostname(0)
             # torchrun's agent on node 0: its TCPStore on MASTER_PORT, as with --master_port.

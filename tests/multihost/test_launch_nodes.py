@@ -19,6 +19,16 @@ def port():
     return random.randrange(20000, 28000, 2)
 
 
+def wait_for_links(hosts):
+    """UCX lists only the interfaces that are running; right after `netns.sh up` a veth may not
+    be yet, and UCX then finds no path to the other host. Bounded: 10 s per host."""
+    probe = ("import time\nfor _ in range(200):\n"
+             " if open('/sys/class/net/eth0/operstate').read().strip() == 'up': break\n"
+             " time.sleep(0.05)\n")
+    for index in range(hosts.count):
+        hosts.run(index, ["/usr/bin/python3", "-c", probe], timeout=30)
+
+
 class Nodes:
     """One zrt-run per simulated host, all started at once."""
 
@@ -48,6 +58,7 @@ class Nodes:
 class LaunchNodesTest(unittest.TestCase):
     def test_two_nodes_of_two_ranks_run_a_zrt_program_with_global_ranks(self):
         with simhosts.SimulatedHosts(2) as hosts:
+            wait_for_links(hosts)
             nodes = Nodes(hosts, port())
             started = [nodes.start(i, 2, 2, [MINIMAL], ["--join-timeout", "30"])
                        for i in range(2)]
