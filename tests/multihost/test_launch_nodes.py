@@ -96,6 +96,19 @@ class LaunchNodesTest(unittest.TestCase):
             self.assertIn(why, out0)
             self.assertNotIn("job ok", out0 + out1)
 
+    def test_a_node_of_another_job_is_refused_on_both_sides(self):
+        with simhosts.SimulatedHosts(2) as hosts:
+            nodes = Nodes(hosts, port())
+            first = nodes.start(0, 2, 1, [HELPER, "job"], ["--join-timeout", "5"], job="job-a")
+            second = nodes.start(1, 2, 1, [HELPER, "job"], ["--join-timeout", "5"], job="job-b")
+            (code0, out0), (code1, out1) = nodes.finish(first), nodes.finish(second)
+            self.assertNotEqual(code1, 0, out1)
+            self.assertIn("store refused the client: it belongs to another job", out1)
+            self.assertIn("this node's job identity: --rdzv-id job-b", out1)
+            self.assertNotEqual(code0, 0, out0)
+            self.assertIn(f"store: refused a client from {hosts.addr(1)}:", out0)
+            self.assertIn("node 1 of 2 did not join", out0)
+
     def test_a_node_that_never_arrives_is_named(self):
         with simhosts.SimulatedHosts(2) as hosts:
             nodes = Nodes(hosts, port())
