@@ -43,7 +43,8 @@ struct EnvRanks {
   int local_size = 1;
   std::string store_host = "127.0.0.1";
   int store_port = 0;
-  std::string job_token;
+  std::string job_token;        // job_identity.h: ZRT_JOB_TOKEN or the launcher's job id
+  std::string job_source;       // where job_token came from, for messages; "" = no identity
   bool store_external = false;  // served by the launcher, not by rank 0
   int launcher_fd = -1;         // ZRT_LAUNCHER_FD: zrt-run's lifeline (launcher_watch.h)
   std::string source;           // which family of variables was used ("zrt", "torchrun", ...)

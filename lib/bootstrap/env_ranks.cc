@@ -18,6 +18,7 @@
 #include <string>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/bootstrap/job_identity.h"
 #include "lib/core/environment.h"
 
 namespace zrt {
@@ -172,11 +173,15 @@ Status read_env_ranks(EnvRanks* ranks) {
     break;
   }
   ZRT_RETURN_IF_ERROR(read_store_address(&result));
-  result.job_token = get("ZRT_JOB_TOKEN").value_or("");
-  if (result.job_token.size() > 4096) {
-    return Status::invalid_argument("ZRT_JOB_TOKEN is {} bytes long; at most 4096 are allowed",
-                                    result.job_token.size());
+  const JobIdentity identity = job_identity_from(read_environment);
+  if (identity.token.size() > 4096) {
+    return Status::invalid_argument(
+        "the job identity from {} is {} bytes long; at most 4096 are "
+        "allowed",
+        identity.source.substr(0, identity.source.find('=')), identity.token.size());
   }
+  result.job_token = identity.token;
+  result.job_source = identity.source;
   const std::optional<std::string> external = get("ZRT_STORE_EXTERNAL");
   if (external) {
     if (*external == "1") {

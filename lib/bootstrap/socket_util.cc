@@ -72,6 +72,9 @@ Status listen_tcp(const std::string& host, int port, int* fd, int* bound_port) {
     last_error = errno;
     close(listener);
     listener = -1;
+    // The port is taken: trying the next family would bind [::]:port beside another job's
+    // 0.0.0.0:port (Linux allows it with SO_REUSEADDR), and two stores would split the job.
+    if (last_error == EADDRINUSE) break;
   }
   freeaddrinfo(addresses);
   if (listener < 0) {

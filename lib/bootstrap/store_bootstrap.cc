@@ -22,6 +22,7 @@
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/bootstrap/launcher_watch.h"
 #include "lib/bootstrap/local_ranks.h"
+#include "lib/bootstrap/store_address.h"
 #include "lib/bootstrap/store_client.h"
 #include "lib/bootstrap/store_server.h"
 #include "lib/core/log.h"
@@ -78,10 +79,12 @@ class StoreBootstrap final : public Bootstrap {
   int local_size() const override { return ranks_.local_size; }
 
   Status init() {
+    if (claims_ranks()) ZRT_RETURN_IF_ERROR(claim_rank());
     int64_t instance = 0;
     ZRT_RETURN_IF_ERROR(
         client_->add(fmt::format("zrt/bootstrap/instances/{}", ranks_.rank), 1, &instance));
     prefix_ = fmt::format("zrt/bootstrap/{}/", instance);
+    if (claims_ranks()) ZRT_RETURN_IF_ERROR(check_claims());
     if (ranks_.local_rank < 0 || ranks_.local_size < 0) {
       int local_rank = 0;
       int local_size = 0;
@@ -109,6 +112,12 @@ class StoreBootstrap final : public Bootstrap {
  private:
   Status exchange(const char* kind, const void* input, size_t bytes, void* output);
   void say_goodbye();
+  // Without a job identity two jobs on one port could share this store; each rank number may
+  // be claimed once, and every rank checks, once all have arrived, that none was claimed twice.
+  // (A store zrt-run serves has its job's random token; its ranks bootstrap several times.)
+  bool claims_ranks() const { return ranks_.job_token.empty() && !ranks_.store_external; }
+  Status claim_rank();
+  Status check_claims();
 
   std::string key(const char* kind, int64_t round, int rank) const {
     return fmt::format("{}{}/{}/{}", prefix_, kind, round, rank);
@@ -173,6 +182,52 @@ Status StoreBootstrap::exchange(const char* kind, const void* input, size_t byte
   return Status::ok();
 }
 
+std::string claim_key(int rank) {
+  return fmt::format("zrt/bootstrap/claims/{}", rank);
+}
+
+constexpr const char* kTwoJobsAdvice =
+    "two jobs share this store's port: give each job its own MASTER_PORT (or ZRT_STORE_PORT), or "
+    "a job identity (ZRT_JOB_TOKEN, the same on every rank of a job; torchrun's, Slurm's and "
+    "Open MPI's job ids count)";
+
+Status StoreBootstrap::claim_rank() {
+  int64_t claims = 0;
+  ZRT_RETURN_IF_ERROR(client_->add(claim_key(ranks_.rank), 1, &claims));
+  if (claims != 1) {
+    return Status::invalid_usage(
+        "rank {} of {}: another process has already joined the store at {} as rank {}: {}",
+        ranks_.rank, ranks_.size, client_->address(), ranks_.rank, kTwoJobsAdvice);
+  }
+  return Status::ok();
+}
+
+Status StoreBootstrap::check_claims() {
+  ZRT_RETURN_IF_ERROR(exchange("join", nullptr, 0, nullptr));
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < ranks_.size; ++rank) keys.push_back(claim_key(rank));
+  std::vector<int> twice;
+  const size_t batch = kStoreMaxValueBytes / 16;
+  for (size_t first = 0; first < keys.size(); first += batch) {
+    const size_t last = std::min(keys.size(), first + batch);
+    std::vector<std::string> some(keys.begin() + static_cast<std::ptrdiff_t>(first),
+                                  keys.begin() + static_cast<std::ptrdiff_t>(last));
+    std::vector<std::vector<uint8_t>> values;
+    ZRT_RETURN_IF_ERROR(client_->get(some, 0, &values));
+    for (size_t i = 0; i < values.size(); ++i) {
+      int64_t count = 0;
+      if (values[i].size() == sizeof(count)) std::memcpy(&count, values[i].data(), sizeof(count));
+      if (count != 1) twice.push_back(static_cast<int>(first + i));
+    }
+  }
+  if (!twice.empty()) {
+    return Status::invalid_usage("rank {} of {}: {} joined the store at {} more than once: {}",
+                                 ranks_.rank, ranks_.size, list_ranks(twice), client_->address(),
+                                 kTwoJobsAdvice);
+  }
+  return Status::ok();
+}
+
 void StoreBootstrap::say_goodbye() {
   if (ranks_.store_external || prefix_.empty()) {
     server_.reset();
@@ -232,6 +287,19 @@ std::string port_hint(const EnvRanks& ranks) {
       ranks.store_port, origin);
 }
 
+// A rank 0 without a job identity that finds its port taken may have met another job's store:
+// claiming rank 0 there makes that job's ranks fail their claim check too, so neither job forms
+// a communicator out of the other's ranks. Best effort, bounded by one second.
+void warn_the_other_job(const EnvRanks& ranks) {
+  std::unique_ptr<StoreClient> other;
+  if (!StoreClient::connect(ranks.store_host, ranks.store_port, "", 1000, &other).is_ok()) return;
+  int64_t claims = 0;
+  if (other->add(claim_key(0), 1, &claims).is_ok() && claims > 1) {
+    ZRT_LOG_WARN("bootstrap: another job's store holds {}:{}; told its ranks that two jobs met",
+                 ranks.store_host, ranks.store_port);
+  }
+}
+
 Status with_hint(const Status& status, const std::string& hint) {
   if (status.is_ok()) return status;
   return Status::error(status.code(), "{} ({})", status.message(), hint);
@@ -258,26 +326,44 @@ Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,
         "store bootstrap: store port {} is not in 1..65535 (set MASTER_PORT or ZRT_STORE_PORT)",
         ranks.store_port);
   }
+  const bool one_host = ranks.local_size == ranks.size;  // -1 = not known: may span hosts
   std::unique_ptr<StoreServer> server;
   if (ranks.rank == 0 && !ranks.store_external) {
-    Status served =
-        StoreServer::start(ranks.store_host, ranks.store_port, ranks.job_token, &server);
-    if (!served.is_ok()) {
+    const ListenChoice listen =
+        choose_listen_host(ranks.store_host, resolve_addresses(ranks.store_host), one_host);
+    Status served = StoreServer::start(listen.host, ranks.store_port, ranks.job_token, &server);
+    if (!served.is_ok() && !listen.host.empty()) {
       // MASTER_ADDR may name this host in a way it cannot bind (a NAT or DNS alias): any address.
       Status any = StoreServer::start("", ranks.store_port, ranks.job_token, &server);
-      if (!any.is_ok()) {
-        return with_hint(
-            served.with_context(fmt::format("rank 0 cannot serve the bootstrap store on {}:{}",
-                                            ranks.store_host, ranks.store_port)),
-            port_hint(ranks));
-      }
+      if (any.is_ok()) served = any;
     }
+    if (!served.is_ok()) {
+      if (ranks.job_token.empty()) warn_the_other_job(ranks);
+      return with_hint(served.with_context(
+                           fmt::format("rank 0 cannot serve the bootstrap store on {}:{}",
+                                       listen.host.empty() ? "*" : listen.host, ranks.store_port)),
+                       port_hint(ranks));
+    }
+    ZRT_LOG_INFO("bootstrap: rank 0 serves the store on {}:{} ({})",
+                 listen.host.empty() ? "*" : listen.host, server->port(), listen.reason);
   }
   std::unique_ptr<StoreClient> client;
   Status connected =
       StoreClient::connect(ranks.store_host, ranks.store_port, ranks.job_token, timeout_ms, &client)
           .with_context(fmt::format("rank {} of {}", ranks.rank, ranks.size));
-  ZRT_RETURN_IF_ERROR(ranks.rank == 0 ? connected : with_hint(connected, port_hint(ranks)));
+  if (!connected.is_ok() && ranks.rank != 0) {
+    std::string hint = port_hint(ranks);
+    if (connected.code() == ZRT_TIMEOUT) {
+      hint = unreachable_store_hint(ranks.store_host, ranks.store_port,
+                                    resolve_addresses(ranks.store_host), one_host) +
+             "; " + hint;
+    } else if (connected.code() == ZRT_REMOTE_ERROR) {
+      hint = "this rank's job identity: " +
+             (ranks.job_source.empty() ? std::string("none") : ranks.job_source);
+    }
+    return with_hint(connected, hint);
+  }
+  ZRT_RETURN_IF_ERROR(connected);
   auto created =
       std::make_unique<StoreBootstrap>(ranks, timeout_ms, std::move(server), std::move(client));
   ZRT_RETURN_IF_ERROR(created->init());

@@ -1,5 +1,6 @@
 #include "lib/bootstrap/store_client.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace zrt {
@@ -32,6 +33,10 @@ Status StoreClient::connect(const std::string& host, int port, const std::string
   return Status::ok();
 }
 
+void StoreClient::interrupt() {
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);  // the fd stays open: the other thread still uses it
+}
+
 StoreClient::~StoreClient() {
   if (fd_ >= 0) close(fd_);
 }
@@ -61,9 +66,8 @@ Status StoreClient::call(const StoreRequest& request, int64_t extra_wait_ms, Sto
   StoreReply parsed;
   if (status.is_ok()) status = parse_store_reply(body.data(), body.size(), &parsed);
   if (!status.is_ok()) {
+    // The fd stays open until the destructor (interrupt() may use it from another thread).
     broken_ = status.with_context(what);
-    close(fd_);
-    fd_ = -1;
     return broken_;
   }
   switch (parsed.code) {
@@ -75,8 +79,6 @@ Status StoreClient::call(const StoreRequest& request, int64_t extra_wait_ms, Sto
     case StoreReplyCode::kError:
       // The server closes the connection after either; later calls must not try again.
       broken_ = Status(ZRT_REMOTE_ERROR, fmt::format("{}: {}", what, parsed.message));
-      close(fd_);
-      fd_ = -1;
       return broken_;
   }
   return Status::error(ZRT_INTERNAL_ERROR, "{}: unhandled reply code", what);

@@ -43,6 +43,10 @@ class StoreClient {
 
   const std::string& address() const { return address_; }
 
+  // Makes a call blocked in another thread (a long wait) return at once with an error, and every
+  // later call fail. The one call that may come from another thread than the client's.
+  void interrupt();
+
  private:
   StoreClient() = default;
   Status call(const StoreRequest& request, int64_t extra_wait_ms, StoreReply* reply);

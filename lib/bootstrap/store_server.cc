@@ -1,6 +1,7 @@
 #include "lib/bootstrap/store_server.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lib/bootstrap/job_identity.h"
 #include "lib/bootstrap/socket_util.h"
 #include "lib/bootstrap/store_protocol.h"
 #include "lib/core/log.h"
@@ -78,6 +80,11 @@ struct StoreServer::State {
   void run();
   void accept_all();
   void log_accept_failure(int err);
+  // The serving side's half of "refused on both sides": at most one line per kAcceptLogInterval.
+  void log_refusal(const Connection& connection, const std::string& why);
+  Clock::time_point refusal_logged_at;
+  bool refusal_logged = false;
+  uint64_t refusals = 0;  // since the last log line
   // Makes room for one more unauthenticated connection by dropping the oldest (a real client
   // sends its hello right after connecting; the oldest silent one is the likeliest flooder).
   void evict_oldest_unauthenticated();
@@ -164,9 +171,14 @@ void StoreServer::State::handle(Connection& connection, StoreRequest request) {
     }
     const std::string presented(request.value.begin(), request.value.end());
     if (presented != token) {
-      fail(connection, StoreReplyCode::kRefused,
-           "store refused the client: wrong job token (ZRT_JOB_TOKEN differs from the one the "
-           "store was started with)");
+      // Fingerprints, not tokens: a ZRT_JOB_TOKEN is a secret.
+      const std::string why = fmt::format(
+          "store refused the client: it belongs to another job (its job identity {}, this "
+          "store's {}; the identity is ZRT_JOB_TOKEN or the launcher's job id, "
+          "docs/API.md)",
+          token_fingerprint(presented), token_fingerprint(token));
+      log_refusal(connection, why);
+      fail(connection, StoreReplyCode::kRefused, why);
       return;
     }
     connection.authenticated = true;
@@ -282,6 +294,27 @@ void StoreServer::State::write_to(Connection& connection) {
   connection.output.clear();
   connection.output_sent = 0;
   if (connection.closing) connection.dead = true;
+}
+
+void StoreServer::State::log_refusal(const Connection& connection, const std::string& why) {
+  ++refusals;
+  const auto now = Clock::now();
+  if (refusal_logged && now - refusal_logged_at < kAcceptLogInterval) return;
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  char host[NI_MAXHOST] = "?";
+  char port[NI_MAXSERV] = "?";
+  if (getpeername(connection.fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0) {
+    getnameinfo(reinterpret_cast<sockaddr*>(&peer), length, host, sizeof(host), port, sizeof(port),
+                NI_NUMERICHOST | NI_NUMERICSERV);
+  }
+  ZRT_LOG_WARN(
+      "store: refused a client from {}:{}{}: {}", host, port,
+      refusals == 1 ? std::string() : fmt::format(" ({} refusals since the last report)", refusals),
+      why.substr(why.find(": ") + 2));
+  refusal_logged = true;
+  refusal_logged_at = now;
+  refusals = 0;
 }
 
 void StoreServer::State::log_accept_failure(int err) {

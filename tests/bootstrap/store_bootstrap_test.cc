@@ -117,7 +117,7 @@ TEST(StoreBootstrap, MismatchedTokenIsRefused) {
         Status status = create_store_bootstrap(ranks, 1000, &bootstrap);
         if (rank == 1) {
           EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
-          EXPECT_NE(status.message().find("wrong job token"), std::string::npos)
+          EXPECT_NE(status.message().find("belongs to another job"), std::string::npos)
               << status.message();
           return;
         }
@@ -143,6 +143,54 @@ TEST(StoreBootstrap, BadArgumentsAreRefused) {
   ranks.store_port = 1234;
   EXPECT_EQ(create_store_bootstrap(ranks, 0, &bootstrap).code(), ZRT_INVALID_ARGUMENT);
   EXPECT_EQ(create_store_bootstrap(ranks, 1000, nullptr).code(), ZRT_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace zrt
+
+namespace zrt {
+namespace {
+
+// Without a job identity, two processes that claim one rank number never form one
+// communicator: three processes for a world of two (rank 1 twice); the second claimant of rank 1
+// always fails, and whoever succeeds has a world of distinct processes.
+TEST(StoreBootstrap, WithoutATokenARankClaimedTwiceFails) {
+  zrt::testing::expect_ranks_pass(
+      3,
+      [](int process, int) {
+        unsetenv("ZRT_JOB_TOKEN");
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("LOCAL_WORLD_SIZE", "2", 1);
+        setenv("RANK", process == 0 ? "0" : "1", 1);
+        setenv("LOCAL_RANK", process == 0 ? "0" : "1", 1);
+        EnvRanks ranks;
+        ASSERT_TRUE(read_env_ranks(&ranks).is_ok());
+        EXPECT_EQ(ranks.job_source, "");
+        std::unique_ptr<Bootstrap> bootstrap;
+        Status status = create_store_bootstrap(ranks, 3000, &bootstrap);
+        if (!status.is_ok()) {
+          // The claims' verdict, or a store already gone: the pair that claimed first has
+          // finished before this late claimant said hello.
+          const std::string& text = status.message();
+          const bool claims = text.find("two jobs share this store's port") != std::string::npos;
+          const bool gone = text.find("the store closed the connection") != std::string::npos ||
+                            text.find("cannot connect to the store") != std::string::npos;
+          EXPECT_TRUE(claims || gone) << text;
+          return;
+        }
+        // A partner that checked the claims a moment later (after the refused claimant's) has
+        // failed; then this rank's next exchange times out naming it.
+        int mine = process;
+        int all[2] = {-1, -1};
+        Status gathered = bootstrap->allgather(&mine, all, sizeof(mine));
+        if (!gathered.is_ok()) {
+          EXPECT_EQ(gathered.code(), ZRT_TIMEOUT) << gathered.message();
+          return;
+        }
+        EXPECT_EQ(all[0], 0);
+        EXPECT_TRUE(all[1] == 1 || all[1] == 2);
+      },
+      {.deadline_ms = 30000, .env = {}});
 }
 
 }  // namespace

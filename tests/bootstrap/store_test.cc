@@ -134,7 +134,7 @@ TEST_F(StoreTest, WrongTokenIsRefusedAndTold) {
   std::unique_ptr<StoreClient> client;
   Status status = StoreClient::connect("127.0.0.1", server_->port(), "wrong", 2000, &client);
   EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
-  EXPECT_NE(status.message().find("wrong job token"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("belongs to another job"), std::string::npos) << status.message();
   EXPECT_FALSE(client);
 }
 

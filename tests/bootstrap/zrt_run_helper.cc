@@ -6,6 +6,9 @@
 //   orphan DIR           join the store (starting the launcher watch), write DIR/rankR.pid,
 //                        then print a line every 5 ms for 30 s (a rank whose launcher dies)
 //   plain DIR            write DIR/rankR.pid and sleep 30 s without touching zrt
+//   job                  all-gather JOB_MARK (an integer each job's processes share) and say
+//                        whether every rank of the communicator has this one's (exit 5 if not);
+//                        HELPER_TIMEOUT_MS bounds the bootstrap (default 20000)
 #include <signal.h>
 #include <unistd.h>
 
@@ -66,6 +69,36 @@ int bootstrap_mode() {
   return 0;
 }
 
+// Two jobs must never form one communicator: every rank compares the JOB_MARK of all.
+int job_mode() {
+  zrt::EnvRanks ranks;
+  zrt::Status status = zrt::read_env_ranks(&ranks);
+  std::unique_ptr<zrt::Bootstrap> bootstrap;
+  const int64_t timeout_ms = std::atoll(env_or("HELPER_TIMEOUT_MS", "20000"));
+  if (status.is_ok()) status = zrt::create_store_bootstrap(ranks, timeout_ms, &bootstrap);
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "job: %s\n", status.message().c_str());
+    return 3;
+  }
+  const int mark = std::atoi(env_or("JOB_MARK", "0"));
+  std::vector<int> marks(static_cast<size_t>(bootstrap->size()));
+  status = bootstrap->allgather(&mark, marks.data(), sizeof(mark));
+  if (!status.is_ok()) {
+    std::fprintf(stderr, "job: %s\n", status.message().c_str());
+    return 4;
+  }
+  std::string all;
+  bool same = true;
+  for (int value : marks) {
+    all += " " + std::to_string(value);
+    same = same && value == mark;
+  }
+  std::printf("job %s rank %d/%d local %d/%d marks%s\n", same ? "ok" : "MIXED", bootstrap->rank(),
+              bootstrap->size(), bootstrap->local_rank(), bootstrap->local_size(), all.c_str());
+  std::fflush(stdout);
+  return same ? 0 : 5;
+}
+
 void write_pid(const std::string& dir) {
   const std::string path = dir + "/rank" + std::to_string(rank_from_env()) + ".pid";
   const std::string temporary = path + ".tmp";
@@ -106,6 +139,11 @@ int main(int argc, char** argv) {
     std::printf("MASTER_PORT=%s ZRT_STORE_EXTERNAL=%s TOKEN_LENGTH=%zu ZRT_RANK=%s\n",
                 env_or("MASTER_PORT", "-"), env_or("ZRT_STORE_EXTERNAL", "-"),
                 std::strlen(env_or("ZRT_JOB_TOKEN", "")), env_or("ZRT_RANK", "unset"));
+    std::printf(
+        "GROUP_RANK=%s NODE_RANK=%s GROUP_WORLD_SIZE=%s ZRT_STORE_ADDR=%s "
+        "ZRT_STORE_PORT=%s\n",
+        env_or("GROUP_RANK", "-"), env_or("NODE_RANK", "-"), env_or("GROUP_WORLD_SIZE", "-"),
+        env_or("ZRT_STORE_ADDR", "-"), env_or("ZRT_STORE_PORT", "-"));
     std::fprintf(stderr, "to stderr\n");
     std::printf("no newline at the end");
     return 0;
@@ -119,6 +157,7 @@ int main(int argc, char** argv) {
     return sleep_then_report();
   }
   if (mode == "bootstrap") return bootstrap_mode();
+  if (mode == "job") return job_mode();
   if (mode == "orphan" && argc == 3) return orphan_mode(argv[2]);
   if (mode == "plain" && argc == 3) {
     write_pid(argv[2]);
@@ -127,6 +166,6 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: zrt_run_helper env | fail RANK CODE | kill RANK | bootstrap | orphan DIR | "
-               "plain DIR\n");
+               "plain DIR | job\n");
   return 64;
 }

@@ -41,10 +41,13 @@
 
 #include <fmt/format.h>
 
+#include "lib/bootstrap/bootstrap.h"
+#include "lib/bootstrap/job_identity.h"
 #include "lib/bootstrap/store_server.h"
 #include "lib/core/environment.h"
 #include "tools/common/binding.h"
 #include "tools/zrt-run/line_relay.h"
+#include "tools/zrt-run/node_rendezvous.h"
 
 namespace zrt {
 namespace {
@@ -53,13 +56,29 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kDrainAfterExit = std::chrono::milliseconds(2000);
 constexpr auto kSettle = std::chrono::milliseconds(300);  // see Job::term_at_
+constexpr int kTorchrunDefaultPort = 29500;               // torchrun's --master-port default
 
 // Variables the launcher sets, plus those that would outrank them in read_env_ranks.
 const std::set<std::string> kReplacedVariables = {
-    "RANK",           "WORLD_SIZE",     "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",    "MASTER_PORT",    "ZRT_JOB_TOKEN",  "ZRT_STORE_EXTERNAL",
-    "ZRT_RANK",       "ZRT_WORLD_SIZE", "ZRT_LOCAL_RANK", "ZRT_LOCAL_WORLD_SIZE",
-    "ZRT_STORE_ADDR", "ZRT_STORE_PORT", "ZRT_LAUNCHER_FD"};
+    "RANK",           "WORLD_SIZE",      "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",    "MASTER_PORT",     "ZRT_JOB_TOKEN",   "ZRT_STORE_EXTERNAL",
+    "ZRT_RANK",       "ZRT_WORLD_SIZE",  "ZRT_LOCAL_RANK",  "ZRT_LOCAL_WORLD_SIZE",
+    "ZRT_STORE_ADDR", "ZRT_STORE_PORT",  "ZRT_LAUNCHER_FD", "GROUP_RANK",
+    "NODE_RANK",      "GROUP_WORLD_SIZE"};
+
+// Where one rank sits in the job, and where the job's store is: what its environment says.
+struct RankPlace {
+  int rank = 0;  // global
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+  int node = 0;
+  int nnodes = 1;
+  std::string address;  // MASTER_ADDR and ZRT_STORE_ADDR
+  int store_port = 0;
+  int master_port = 0;
+  std::string token;  // ZRT_JOB_TOKEN; "" = none (no job identity anywhere)
+};
 
 struct RankProcess {
   int rank = 0;
@@ -113,23 +132,25 @@ std::optional<int> free_port() {
   return port;
 }
 
-std::vector<std::string> rank_environment(int rank, const LaunchOptions& options, int port,
-                                          int master_port, const std::string& token,
-                                          int lifeline_fd) {
+std::vector<std::string> rank_environment(const RankPlace& place, int lifeline_fd) {
   std::vector<std::string> env;
   for (const std::string& text : environment_entries()) {
     const std::string name = text.substr(0, text.find('='));
     if (kReplacedVariables.count(name) == 0) env.push_back(text);
   }
-  env.push_back(fmt::format("RANK={}", rank));
-  env.push_back(fmt::format("WORLD_SIZE={}", options.ranks));
-  env.push_back(fmt::format("LOCAL_RANK={}", rank));
-  env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", options.ranks));
-  env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back(fmt::format("MASTER_PORT={}", master_port));
-  env.push_back("ZRT_STORE_ADDR=127.0.0.1");
-  env.push_back(fmt::format("ZRT_STORE_PORT={}", port));
-  env.push_back("ZRT_JOB_TOKEN=" + token);
+  env.push_back(fmt::format("RANK={}", place.rank));
+  env.push_back(fmt::format("WORLD_SIZE={}", place.world));
+  env.push_back(fmt::format("LOCAL_RANK={}", place.local_rank));
+  env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", place.local_world));
+  // torchrun's names for the node's index and count.
+  env.push_back(fmt::format("GROUP_RANK={}", place.node));
+  env.push_back(fmt::format("NODE_RANK={}", place.node));
+  env.push_back(fmt::format("GROUP_WORLD_SIZE={}", place.nnodes));
+  env.push_back("MASTER_ADDR=" + place.address);
+  env.push_back(fmt::format("MASTER_PORT={}", place.master_port));
+  env.push_back("ZRT_STORE_ADDR=" + place.address);
+  env.push_back(fmt::format("ZRT_STORE_PORT={}", place.store_port));
+  if (!place.token.empty()) env.push_back("ZRT_JOB_TOKEN=" + place.token);
   env.push_back("ZRT_STORE_EXTERNAL=1");
   env.push_back(fmt::format("ZRT_LAUNCHER_FD={}", lifeline_fd));
   return env;
@@ -153,8 +174,11 @@ class Job {
   int run();
 
  private:
-  bool start_ranks(int port, int master_port, const std::string& token,
-                   const sigset_t& original_mask);
+  bool start_ranks(const RankPlace& job, const sigset_t& original_mask);
+  bool form_nodes(const sigset_t& interrupting, int* store_port, int* master_port,
+                  std::string* token);
+  std::string node_name() const;  // "node 1 (host): " on several nodes, else ""
+  void finish_nodes();
   bool open_lifeline();
   void signal_all(int signal);
   void begin_termination(const std::string& reason);
@@ -177,6 +201,7 @@ class Job {
   int lifeline_read_ = -1;
   int lifeline_write_ = -1;
   int interrupted_by_ = 0;
+  std::unique_ptr<NodeRendezvous> nodes_;  // several nodes only
 };
 
 int Job::running_count() const {
@@ -196,8 +221,7 @@ bool Job::open_lifeline() {
   return true;
 }
 
-bool Job::start_ranks(int port, int master_port, const std::string& token,
-                      const sigset_t& original_mask) {
+bool Job::start_ranks(const RankPlace& job, const sigset_t& original_mask) {
   std::fflush(stdout);
   std::fflush(stderr);
   ranks_.resize(static_cast<size_t>(options_.ranks));
@@ -210,15 +234,18 @@ bool Job::start_ranks(int port, int master_port, const std::string& token,
       return false;
     }
   }
-  for (int rank = 0; rank < options_.ranks; ++rank) {
-    RankProcess& process = ranks_[static_cast<size_t>(rank)];
+  for (int local = 0; local < options_.ranks; ++local) {
+    RankProcess& process = ranks_[static_cast<size_t>(local)];
+    RankPlace place = job;
+    place.local_rank = local;
+    place.rank = global_rank(JobShape{job.nnodes, options_.ranks}, job.node, local);
+    const int rank = place.rank;
     process.rank = rank;
     // Everything the child needs is built before fork(): the store's thread is running, so the
     // child may only make async-signal-safe calls until exec.
-    std::vector<std::string> env =
-        rank_environment(rank, options_, port, master_port, token, lifeline_read_);
+    std::vector<std::string> env = rank_environment(place, lifeline_read_);
     if (options_.bind) {
-      const auto& extra = binding.environment[static_cast<size_t>(rank)];
+      const auto& extra = binding.environment[static_cast<size_t>(local)];
       env.insert(env.end(), extra.begin(), extra.end());
     }
     const std::string bind_failed = fmt::format("zrt-run: rank {}: --bind failed: ", rank);
@@ -261,7 +288,7 @@ bool Job::start_ranks(int port, int master_port, const std::string& token,
       signal(SIGPIPE, SIG_DFL);
       sigprocmask(SIG_SETMASK, &original_mask, nullptr);
       if (options_.bind) {
-        const int bind_errno = tools::apply_launch_binding(binding, rank);
+        const int bind_errno = tools::apply_launch_binding(binding, local);
         if (bind_errno != 0) {
           ssize_t ignored = write(STDERR_FILENO, bind_failed.data(), bind_failed.size());
           const char* reason = strerror(bind_errno);
@@ -333,11 +360,12 @@ void Job::reap() {
     if (!failed(status)) continue;
     // Once the job is being brought down, deaths are the consequence, not the cause.
     if (terminating_ || interrupted_by_ != 0) continue;
-    message(describe_exit(process.rank, status));
+    message(node_name() + describe_exit(process.rank, status));
+    if (nodes_) nodes_->report_failure(node_name() + describe_exit(process.rank, status));
     if (exit_code_ == 0) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
-    begin_termination(fmt::format("rank {} failed", process.rank));
+    begin_termination(fmt::format("{}rank {} failed", node_name(), process.rank));
   }
 }
 
@@ -378,28 +406,43 @@ int Job::run() {
   }
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher mid-job
 
-  const std::optional<std::string> token = random_token();
-  if (!token) {
-    message("cannot read a job token from /dev/urandom");
-    return 1;
+  RankPlace job;
+  job.world = options_.ranks * options_.nnodes;
+  job.local_world = options_.ranks;
+  job.node = options_.node_rank;
+  job.nnodes = options_.nnodes;
+  std::unique_ptr<StoreServer> store;  // one node: served here, on loopback
+  if (options_.nnodes > 1) {
+    job.address = options_.master_addr;
+    if (!form_nodes(handled, &job.store_port, &job.master_port, &job.token)) return 1;
+  } else {
+    const std::optional<std::string> token = random_token();
+    if (!token) {
+      message("cannot read a job token from /dev/urandom");
+      return 1;
+    }
+    Status served = StoreServer::start("127.0.0.1", options_.port, *token, &store);
+    if (!served.is_ok()) {
+      message("cannot serve the rendezvous store: " + served.message());
+      return 1;
+    }
+    std::optional<int> master_port = options_.master_port;
+    if (*master_port == 0) master_port = free_port();
+    if (!master_port || *master_port == store->port()) {
+      message(
+          fmt::format("cannot find a free port for MASTER_PORT (zrt's store is on {}); "
+                      "choose one with --master-port",
+                      store->port()));
+      return 1;
+    }
+    job.address = "127.0.0.1";
+    job.store_port = store->port();
+    job.master_port = *master_port;
+    job.token = *token;
   }
-  std::unique_ptr<StoreServer> store;
-  Status served = StoreServer::start("127.0.0.1", options_.port, *token, &store);
-  if (!served.is_ok()) {
-    message("cannot serve the rendezvous store: " + served.message());
-    return 1;
-  }
-  std::optional<int> master_port = options_.master_port;
-  if (*master_port == 0) master_port = free_port();
-  if (!master_port || *master_port == store->port()) {
-    message(
-        fmt::format("cannot find a free port for MASTER_PORT (zrt's store is on {}); "
-                    "choose one with --master-port",
-                    store->port()));
-    return 1;
-  }
-  if (!open_lifeline() || !start_ranks(store->port(), *master_port, *token, original_mask)) {
+  if (!open_lifeline() || !start_ranks(job, original_mask)) {
     exit_code_ = 1;
+    if (nodes_) nodes_->report_failure(node_name() + "launch failed");
     begin_termination("launch failed");
   }
 
@@ -419,6 +462,12 @@ int Job::run() {
     }
     entries.assign(1, pollfd{signal_fd, POLLIN, 0});
     owners.assign(1, {nullptr, false});
+    // Entry 1 on several nodes: the watcher's news of another node's failure.
+    const size_t first_pipe = nodes_ ? 2 : 1;
+    if (nodes_) {
+      entries.push_back({nodes_->event_fd(), POLLIN, 0});
+      owners.push_back({nullptr, false});
+    }
     for (RankProcess& process : ranks_) {
       if (process.out_fd >= 0) {
         entries.push_back({process.out_fd, POLLIN, 0});
@@ -429,7 +478,7 @@ int Job::run() {
         owners.push_back({&process, true});
       }
     }
-    if (draining && (entries.size() == 1 || Clock::now() >= drain_until)) break;
+    if (draining && (entries.size() == first_pipe || Clock::now() >= drain_until)) break;
 
     bool has_wake = false;
     Clock::time_point wake = Clock::time_point::max();
@@ -471,7 +520,15 @@ int Job::run() {
         }
       }
     }
-    for (size_t i = 1; i < entries.size(); ++i) {
+    if (nodes_ && entries[1].revents != 0) {
+      const std::string news = nodes_->take_event();
+      if (!terminating_ && interrupted_by_ == 0) {
+        if (exit_code_ == 0) exit_code_ = 1;
+        if (running_count() == 0) message(news);
+        begin_termination(news);
+      }
+    }
+    for (size_t i = first_pipe; i < entries.size(); ++i) {
       if (entries[i].revents != 0) relay(*owners[i].first, owners[i].second);
     }
     const auto now = Clock::now();
@@ -488,6 +545,7 @@ int Job::run() {
       message(fmt::format("job exceeded --timeout {} s", options_.timeout_s));
       if (exit_code_ == 0) exit_code_ = 124;
       begin_termination("timeout");
+      if (nodes_) nodes_->report_failure(node_name() + "the job exceeded --timeout");
     }
   }
   for (RankProcess& process : ranks_) {
@@ -501,12 +559,78 @@ int Job::run() {
       close(process.err_fd);
     }
   }
-  store->stop();
+  if (store) store->stop();
+  if (nodes_) finish_nodes();
   close(signal_fd);
   for (int fd : {lifeline_read_, lifeline_write_}) {
     if (fd >= 0) close(fd);
   }
   return exit_code_;
+}
+
+std::string Job::node_name() const {
+  if (!nodes_) return "";
+  return fmt::format("node {} ({}): ", options_.node_rank, nodes_->host());
+}
+
+bool Job::form_nodes(const sigset_t& interrupting, int* store_port, int* master_port,
+                     std::string* token) {
+  NodeOptions node;
+  node.shape = JobShape{options_.nnodes, options_.ranks};
+  node.node_rank = options_.node_rank;
+  node.master_addr = options_.master_addr;
+  // Every node derives both ports from the same --master-port: torchrun's rule, MASTER_PORT is
+  // the framework's and zrt's store takes the next port (lib/bootstrap/env_ranks.cc).
+  *master_port = options_.master_port != 0 ? options_.master_port : kTorchrunDefaultPort;
+  node.store_port = options_.port != 0 ? options_.port : torchrun_store_port(*master_port);
+  *store_port = node.store_port;
+  if (node.store_port == *master_port) {
+    message(
+        fmt::format("--port {} is --master-port: zrt's store and the framework's need two "
+                    "ports",
+                    node.store_port));
+    return false;
+  }
+  const JobIdentity identity =
+      options_.rdzv_id.empty()
+          ? job_identity_from(read_environment)
+          : JobIdentity{"zrt-run:" + options_.rdzv_id, "--rdzv-id " + options_.rdzv_id};
+  if (identity.token.empty()) {
+    // Nodes share nothing else that tells two jobs apart: without an identity, a node of
+    // another job started on this port could take a node's place before the real one arrives.
+    message(
+        "several nodes need the job's identity, the same on every node and different from any "
+        "other job's: pass --rdzv-id ID (e.g. a timestamp), or launch under Slurm (SLURM_JOB_ID) "
+        "or with ZRT_JOB_TOKEN set");
+    return false;
+  }
+  node.token = identity.token;
+  node.token_source = identity.source;
+  *token = identity.token;
+  node.join_timeout_ms = static_cast<int64_t>(options_.join_timeout_s * 1000);
+  Status formed = NodeRendezvous::form(node, interrupting, &nodes_);
+  if (!formed.is_ok()) {
+    message(formed.message());
+    nodes_.reset();
+    return false;
+  }
+  return true;
+}
+
+void Job::finish_nodes() {
+  // A failed job's other nodes need the settle, the grace period and their drain to end.
+  const int64_t wait_ms = exit_code_ != 0 ? options_.grace_ms + kSettle.count() + 10000
+                                          : static_cast<int64_t>(options_.join_timeout_s * 1000);
+  std::string failed_elsewhere;
+  Status finished = nodes_->finish(wait_ms, &failed_elsewhere);
+  if (exit_code_ == 0 && !failed_elsewhere.empty()) {
+    message(failed_elsewhere);
+    exit_code_ = 1;
+  }
+  if (!finished.is_ok()) {
+    message(finished.message());
+    if (exit_code_ == 0) exit_code_ = 1;
+  }
 }
 
 }  // namespace
