@@ -113,6 +113,8 @@ class GradientPipeline {
   char* bucket_data(const Bucket& bucket) const;
   Status reduce_segment(int segment, void* data);
   Status all_reduce_norm(bool both);
+  // Hybrid sharding: the gradient shard's all-reduce across the shard groups (blocking).
+  Status reduce_across_groups();
   Status copy_segment_to_host(int segment, Stream* stream);
 
   const PartitionContext& ctx_;
