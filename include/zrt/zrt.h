@@ -778,8 +778,8 @@ ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memo
  * counts them. With G < N the manager's collectives run on communicators of its own, so the
  * two figures are exactly its traffic: per step of a stage 1/2 manager, intra =
  * (G-1)/G * Ppad * (reduce size + param size) and inter = 2 (R-1)/R * Ppad/G * reduce size
- * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory, ring all-reduce;
- * docs/ARCHITECTURE.md#hybrid-sharding). With G = N (flat) intra is comm's own user counter,
+ * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory; exact for R = 2,
+ * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N (flat) intra is comm's own user counter,
  * which counts the caller's collectives on comm too, and inter is 0. */
 typedef struct zrt_partition_traffic {
   size_t size;                /* sizeof(zrt_partition_traffic_t) as the caller compiled it */
