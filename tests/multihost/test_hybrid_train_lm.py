@@ -12,6 +12,7 @@ the worst difference: 0 when the order is kept bit for bit).
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -23,30 +24,38 @@ SPLIT = re.compile(r"hybrid sharding, (\d+) groups of (\d+): intra-group (.*) pe
 
 
 def launch(hosts, placement, argv, port, token, timeout):
-    """Starts one rank per entry of placement (its host) and returns rank 0's output."""
+    """Starts the ranks (placement[r] = rank r's host); returns host 0's output (rank 0's lines).
+
+    The ranks of one host start from one shell on it, so they share its PID and IPC namespaces
+    as the processes of one machine do (each `netns.sh exec` is a machine of its own)."""
     world = len(placement)
     processes = []
-    for rank, host in enumerate(placement):
+    for host in sorted(set(placement)):
         local = [r for r, h in enumerate(placement) if h == host]
-        env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local.index(rank)),
-               "LOCAL_WORLD_SIZE": str(len(local)), "MASTER_ADDR": hosts.addr(0),
-               "MASTER_PORT": str(port), "ZRT_JOB_TOKEN": token, "OMP_NUM_THREADS": "1"}
-        processes.append(hosts.popen(host, argv, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True))
+        lines = []
+        for rank in local:
+            env = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": local.index(rank),
+                   "LOCAL_WORLD_SIZE": len(local), "MASTER_ADDR": hosts.addr(0),
+                   "MASTER_PORT": port, "ZRT_JOB_TOKEN": token}
+            assignments = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+            lines.append(f"env {assignments} {' '.join(shlex.quote(a) for a in argv)} &")
+        lines.append("fail=0; for p in $(jobs -p); do wait $p || fail=1; done; exit $fail")
+        processes.append(hosts.popen(host, ["bash", "-c", "\n".join(lines)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     failed = []
-    for rank, process in enumerate(processes):
+    for host, process in enumerate(processes):
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             output, _ = process.communicate()
-            failed.append(f"rank {rank} ran past {timeout} s")
+            failed.append(f"host {host} ran past {timeout} s")
         outputs.append(output)
         if process.returncode != 0:
-            failed.append(f"rank {rank} exited {process.returncode}")
+            failed.append(f"host {host}'s ranks exited {process.returncode}")
     if failed:
-        print("\n".join(f"--- rank {r}\n{o}" for r, o in enumerate(outputs)))
+        print("\n".join(f"--- host {h}\n{o}" for h, o in enumerate(outputs)))
         raise SystemExit(f"FAIL: {' '.join(argv)} on hosts {placement}: {', '.join(failed)}")
     return outputs[0]
 
