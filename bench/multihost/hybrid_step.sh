@@ -17,7 +17,7 @@ netns="$here/scripts/netns.sh"
 train_lm=$(cd "$build" && pwd)/examples/train_lm/train_lm
 "$netns" check
 name="hb$(( $$ % 100000 ))"
-out=$(mktemp -d)
+out=$(mktemp -d "$(cd "$build" && pwd)/hybrid_step.XXXXXX")  # each host has its own /tmp
 trap '"$netns" down "$name" >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 "$netns" up "$name" 2
 "$netns" shape "$name" 0 "$rate"
@@ -27,14 +27,19 @@ port=$(( 21000 + $$ % 20000 ))
 
 # One run: prints "SECONDS_PER_STEP" on stdout; rank 0's output is kept in $out/$1.log.
 run() {
-  local tag=$1 group=$2 pids=() rank host
+  local tag=$1 group=$2 pids=() host
   port=$((port + 1))
-  for rank in 0 1 2 3; do
-    host=$((rank / 2))
-    RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$((rank % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=$master \
-      MASTER_PORT=$port ZRT_JOB_TOKEN="bench-$name-$port" \
-      "$netns" exec "$name" "$host" "$train_lm" --stage "$stage" --steps "$steps" \
-      --shard-group "$group" --print-every "$steps" >"$out/$tag.$rank.log" 2>&1 &
+  # One exec per host (one machine): its two ranks share its PID and IPC namespaces.
+  for host in 0 1; do
+    "$netns" exec "$name" "$host" bash -c '
+      for local in 0 1; do
+        RANK=$(('"$host"' * 2 + local)) WORLD_SIZE=4 LOCAL_RANK=$local LOCAL_WORLD_SIZE=2 \
+          "$@" >"'"$out/$tag"'.$(('"$host"' * 2 + local)).log" 2>&1 &
+      done
+      fail=0; for p in $(jobs -p); do wait $p || fail=1; done; exit $fail' _ \
+      env MASTER_ADDR="$master" MASTER_PORT="$port" ZRT_JOB_TOKEN="bench-$name-$port" \
+      "$train_lm" --stage "$stage" --steps "$steps" --shard-group "$group" \
+      --print-every "$steps" &
     pids+=($!)
   done
   local failed=0
