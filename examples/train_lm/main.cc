@@ -91,6 +91,13 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   zrt_partition_memory_t memory;
   memory.size = sizeof(memory);
   CHECK_ZRT(zrt_partition_memory(pm, &memory));
+  // Hybrid sharding's collectives run on the manager's own communicators: read its split once
+  // the last step's gathers landed.
+  CHECK_ZRT(zrt_partition_wait_params(pm));
+  zrt_partition_traffic_t split;
+  split.size = sizeof(split);
+  CHECK_ZRT(zrt_partition_traffic(pm, &split));
+  const bool hybrid = split.replica_groups > 1;
   // Destroying the manager waits for its last communication (stages 1/2 gather the updated
   // parameters after the final step): then the counters hold whole steps.
   CHECK_ZRT(zrt_partition_destroy(pm));
@@ -100,6 +107,7 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   uint64_t zero_bytes = stats.per_kind[ZRT_COLL_REDUCE_SCATTER].user.bytes_sent +
                         stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent;
   if (options.stage == 0) zero_bytes += stats.per_kind[ZRT_COLL_ALL_REDUCE].user.bytes_sent;
+  if (hybrid) zero_bytes = split.intra_group_bytes;
   // A run resumed from a checkpoint (--resume) trained from first_step on.
   const double bytes_per_step =
       static_cast<double>(zero_bytes) / std::max(1, options.steps - first_step);
@@ -110,7 +118,9 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   // Stage 3 gathers each unit for forward and for backward and reduce-scatters: 3P(N-1)/N, plus
   // one more gather per recomputed unit. P counts padded elements (zrt pads each segment to
   // N x alignment); the unpadded figure is the formula itself.
-  const double n = size;
+  // Hybrid sharding: the group's G ranks shard as a flat manager on G would, and the shard
+  // (Ppad/G elements) is all-reduced across the R groups once per step: 2(R-1)/R of it.
+  const double n = hybrid ? split.shard_group_size : size;
   const double param_bytes = bytes_of(options.dtype);
   const double reduce_bytes = 4.0;  // reduce_dtype f32
   auto traffic_for = [&](double p, double recomputed) {
@@ -143,6 +153,12 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   const bool traffic_ok = size == 1 ? bytes_per_step == 0
                                     : bytes_per_step + 0.5 >= traffic_formula &&
                                           bytes_per_step <= traffic_padded + slack;
+  const double replicas = split.replica_groups;
+  const double inter_per_step =
+      static_cast<double>(split.inter_group_bytes) / std::max(1, options.steps - first_step);
+  const double inter_formula = 2 * (replicas - 1) / replicas *
+                               static_cast<double>(memory.padded_parameters) / n * reduce_bytes;
+  const bool inter_ok = !hybrid || std::fabs(inter_per_step - inter_formula) <= 0.5;
   const bool memory_ok = memory.model_state + 0.5 >= memory.theoretical_model_state &&
                          memory.model_state <= memory.theoretical_model_state * padding + 0.5;
 
@@ -164,12 +180,20 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
                   human_bytes(bytes_per_step).c_str(), human_bytes(traffic_formula).c_str(),
                   options.stage == 3 ? " = 3P(N-1)/N" : " = 2P(N-1)/N",
                   human_bytes(traffic_padded).c_str(), traffic_ok ? "ok" : "MISMATCH");
+      if (hybrid) {
+        std::printf(
+            "rank %d hybrid sharding, %d groups of %d: intra-group %s per step, inter-group %s "
+            "per step; formula 2(R-1)/R x Ppad/G %s: %s\n",
+            rank, split.replica_groups, split.shard_group_size, human_bytes(bytes_per_step).c_str(),
+            human_bytes(inter_per_step).c_str(), human_bytes(inter_formula).c_str(),
+            inter_ok ? "ok" : "MISMATCH");
+      }
       std::fflush(stdout);
     }
     CHECK_ZRT(zrt_barrier(side_comm, stream));
     CHECK_ZRT(zrt_stream_synchronize(stream));
   }
-  ok = ok && traffic_ok && memory_ok;
+  ok = ok && traffic_ok && memory_ok && inter_ok;
 
   const size_t window = std::min<size_t>(5, losses.size());
   double first = 0.0;
@@ -236,6 +260,8 @@ int run(const Options& options) {
   config.persistence_threshold = options.persistence_threshold;
   config.no_sync_accumulation = options.no_sync ? 1 : 0;
   config.alignment = 16;
+  // Stage 0 shards nothing: the flag applies to stages 1-3, so one command line serves all four.
+  if (options.shard_group >= 0 && options.stage > 0) config.shard_group_size = options.shard_group;
   zrt_partition_t pm = nullptr;
   CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
 

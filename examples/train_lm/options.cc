@@ -35,6 +35,9 @@ const char* usage() {
          "  --batch N                   global batch, divisible by ranks*micro    [96]\n"
          "  --micro-batches N           gradient accumulation micro-batches       [1]\n"
          "  --no-sync                   reduce on the last micro-batch only\n"
+         "  --shard-group G             stages 1-3: shard in groups of G ranks, replicate\n"
+         "                              across groups (0 = one host, N = flat;\n"
+         "                              ignored at stage 0)                       [0]\n"
          "  --bucket-mb X               gradient bucket size in MiB               [0.25]\n"
          "  --prefetch N                stage-3 prefetch depth in units           [1]\n"
          "  --persistence-threshold N   stage-3 params below N elements stay gathered [0]\n"
@@ -101,6 +104,10 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       options->micro_batches = static_cast<int>(integer);
     } else if (flag == "--no-sync") {
       options->no_sync = true;
+    } else if (flag == "--shard-group") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, 0, 1 << 20, &integer)) return bad("expected 0..1048576");
+      options->shard_group = static_cast<int>(integer);
     } else if (flag == "--bucket-mb") {
       if (!value(&text)) return false;
       if (!parse_double(text, 1.0 / 1024, 4096, &real)) return bad("expected MiB in (0, 4096]");

@@ -484,6 +484,15 @@ typedef struct zrt_partition_config {
                                    zrt_partition_step); 0 or 1 */
   int grad_accumulate;          /* 1: zrt_partition_grad_data hands out zeroed windows that the
                                    framework accumulates into (+=); 0: it overwrites them */
+  int shard_group_size;         /* stages 1-3, hybrid sharding (HSDP, MiCS): G ranks, dividing
+                                   the world's N, shard among themselves (ranks [kG, kG+G)), the
+                                   N/G groups hold replicas; 0 = the ranks of one host when every
+                                   host has the same count dividing N, else N; N = flat. Stage 0:
+                                   0 only. With G < N, zrt_partition_finalize splits comm
+                                   (collective), gradients are reduce-scattered in the group and
+                                   their shard all-reduced across groups when the step (or
+                                   grad_norm) waits for them; memory is the stage's with N -> G;
+                                   mem_kind ZRT_MEM_HOST, no offload_optimizer, no checkpoints */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -508,7 +517,8 @@ typedef struct zrt_partition_config {
         1,                          /* step_backup */                      \
         0,                          /* prefetch_next_step */               \
         0,                          /* offload_optimizer */                \
-        0                           /* grad_accumulate */                  \
+        0,                          /* grad_accumulate */                  \
+        0                           /* shard_group_size: one host */       \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,
@@ -557,9 +567,11 @@ ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit
                                                     zrt_dtype_t dtype, uint32_t flags, int* param);
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
- * the same model with the same configuration. Parameters start at zero (zrt_partition_load_param
- * sets them). Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or
- * more than 2^22 buckets: raise bucket_bytes), ZRT_INVALID_USAGE (called twice, no parameter,
+ * the same model with the same configuration; with hybrid sharding first forms the shard group
+ * and replica communicators. Parameters start at zero (zrt_partition_load_param sets them).
+ * Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or more than
+ * 2^22 buckets: raise bucket_bytes; shard_group_size not dividing N, or with offload_optimizer),
+ * ZRT_UNSUPPORTED (hybrid sharding with ZRT_MEM_CUDA), ZRT_INVALID_USAGE (called twice, no parameter,
  * ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
 ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
 
@@ -762,6 +774,27 @@ typedef struct zrt_partition_memory {
 /* Measures the manager's buffers. Local. Errors: ZRT_INVALID_ARGUMENT (memory->size),
  * ZRT_INVALID_USAGE (not finalized). */
 ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory);
+
+/* The manager's collective traffic, split by where it runs (hybrid sharding,
+ * zrt_partition_config_t.shard_group_size): payload bytes this rank sent, as zrt_comm_stats
+ * counts them. With G < N the manager's collectives run on communicators of its own, so the
+ * two figures are exactly its traffic: per step of a stage 1/2 manager, intra =
+ * (G-1)/G * Ppad * (reduce size + param size) and inter = 2 (R-1)/R * Ppad/G * reduce size
+ * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory; exact for R = 2,
+ * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N (flat) intra is comm's own user counter,
+ * which counts the caller's collectives on comm too, and inter is 0. */
+typedef struct zrt_partition_traffic {
+  size_t size;                /* sizeof(zrt_partition_traffic_t) as the caller compiled it */
+  int shard_group_size;       /* G as resolved */
+  int replica_groups;         /* R = N / G */
+  uint64_t intra_group_bytes; /* parameter gathers and gradient reduce-scatters in the group */
+  uint64_t inter_group_bytes; /* all-reduces of the gradient shard across the groups */
+} zrt_partition_traffic_t;
+
+/* Reads the traffic counters since creation. Local; thread-safe with the manager's other calls
+ * only in the sense that in-flight collectives count once they complete. Errors:
+ * ZRT_INVALID_ARGUMENT (traffic->size), ZRT_INVALID_USAGE (not finalized). */
+ZRT_API zrt_status_t zrt_partition_traffic(zrt_partition_t pm, zrt_partition_traffic_t* traffic);
 
 /* Counters of the stage 3 gather window since finalize (in stages 0-2 all zero but fetches). */
 typedef struct zrt_partition_stats {

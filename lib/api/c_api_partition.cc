@@ -274,4 +274,16 @@ zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats_t* stat
   });
 }
 
+zrt_status_t zrt_partition_traffic(zrt_partition_t pm, zrt_partition_traffic_t* traffic) {
+  ZRT_API_BODY("zrt_partition_traffic", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    ZRT_RETURN_IF_ERROR(zrt::api::check_query_size(traffic, "traffic"));
+    zrt_partition_traffic_t full{};
+    full.size = sizeof(full);
+    ZRT_RETURN_IF_ERROR(pm->impl->traffic(&full));
+    zrt::api::write_prefix(full, traffic, zrt::api::kQueryHeaderEnd);
+    return zrt::Status::ok();
+  });
+}
+
 }  // extern "C"

@@ -65,6 +65,18 @@ Status validate_partition_options(const PartitionOptions& o) {
     return Status::invalid_argument("config.mem_kind is {}; expected host or cuda",
                                     static_cast<int>(o.mem_kind));
   }
+  if (o.shard_group_size < 0) {
+    return Status::invalid_argument(
+        "config.shard_group_size is {}; expected 0 (the ranks of one host) or a group size "
+        "dividing the number of ranks",
+        o.shard_group_size);
+  }
+  if (o.shard_group_size != 0 && o.stage == 0) {
+    return Status::invalid_argument(
+        "config.shard_group_size is {} at stage 0; stage 0 shards nothing (leave it 0, or use "
+        "stage 1, 2 or 3 for hybrid sharding)",
+        o.shard_group_size);
+  }
   if (o.offload_optimizer && o.stage == 0) {
     return Status::invalid_argument(
         "config.offload_optimizer is 1 at stage 0; offload needs a sharded optimizer state "
@@ -136,6 +148,7 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       }
       o.grad_accumulate = config->grad_accumulate != 0;
     }
+    if (ZRT_HAS_FIELD(n, shard_group_size)) o.shard_group_size = config->shard_group_size;
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -165,6 +178,9 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   }
   if (ZRT_HAS_FIELD(config->size, grad_accumulate)) {
     config->grad_accumulate = o.grad_accumulate ? 1 : 0;
+  }
+  if (ZRT_HAS_FIELD(config->size, shard_group_size)) {
+    config->shard_group_size = o.shard_group_size;
   }
 }
 
@@ -261,6 +277,9 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
       ZRT_RETURN_IF_ERROR(want_flag(&o.offload_optimizer));
     } else if (key == "grad_accumulate") {
       ZRT_RETURN_IF_ERROR(want_flag(&o.grad_accumulate));
+    } else if (key == "shard_group_size") {
+      ZRT_RETURN_IF_ERROR(want_int(0, INT32_MAX, &v));
+      o.shard_group_size = static_cast<int>(v);
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -301,6 +320,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.prefetch_next_step ? 1 : 0);
   mix(o.offload_optimizer ? 1 : 0);
   mix(o.grad_accumulate ? 1 : 0);
+  mix(static_cast<uint64_t>(o.shard_group_size));
   return h;
 }
 

@@ -63,6 +63,11 @@ struct PartitionOptions {
   // overwriting them. Off by default: the overwrite protocol is the older one, and a window
   // handed out zeroed costs nothing only because zrt zeroes it while reading it.
   bool grad_accumulate = false;
+  // Stages 1-3: ranks per shard group (hybrid sharding, shard_groups.h); 0 = the ranks of one
+  // host. A node by default because the links inside one are the fast ones: the gathers and
+  // reduce-scatters, which carry most bytes, stay there, and only the all-reduce of a shard
+  // (1/G of the gradients) crosses hosts.
+  int shard_group_size = 0;
 };
 
 // Checks ranges and combinations; messages name the field.

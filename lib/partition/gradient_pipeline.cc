@@ -466,10 +466,12 @@ Status GradientPipeline::finish_reductions() {
   ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize().with_context("waiting for the reductions"));
   reductions_in_flight_ = false;
   if (grads_prepared_) return Status::ok();
+  ZRT_RETURN_IF_ERROR(reduce_across_groups());
   const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
   const PartitionBuffers& buf = ctx_.buffers;
   if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
-    const double scale = 1.0 / ctx_.size;
+    // The owned slices hold sums over every rank of the world (across groups too).
+    const double scale = 1.0 / ctx_.world_size;
     for (const Segment& seg : ctx_.layout.segments()) {
       const char* owned =
           ctx_.grad_ptr(buf.full_grads,
@@ -485,6 +487,44 @@ Status GradientPipeline::finish_reductions() {
   }
   grads_prepared_ = true;
   return Status::ok();
+}
+
+// Hybrid sharding: each group reduced its own ranks' gradients, so the ranks holding the same
+// shard (one per group) all-reduce it, which makes it the world's. Once per step, after the
+// group's reductions: the sum is linear, so micro-batches accumulated in the group need it once,
+// and the shard is contiguous (stages 2/3: one collective), or its slices are (stage 1).
+Status GradientPipeline::reduce_across_groups() {
+  if (ctx_.replicas == nullptr) return Status::ok();
+  Communicator& replicas = *ctx_.replicas;
+  Stream& stream = replicas.default_stream();
+  const PartitionBuffers& buf = ctx_.buffers;
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_REDUCE;
+  args.dtype = ctx_.options.reduce_dtype;
+  args.purpose = Purpose::kBucket;
+  if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
+    args.op = ZRT_SUM;  // scaled by 1/N with the rest of the slice (finish_reductions)
+    const std::vector<Segment>& segments = ctx_.layout.segments();
+    for (size_t s = 0; s < segments.size(); ++s) {
+      char* owned =
+          ctx_.grad_ptr(buf.full_grads, ctx_.segment_start(static_cast<int>(s)) +
+                                            static_cast<size_t>(ctx_.rank) * segments[s].slice);
+      args.sendbuf = owned;
+      args.recvbuf = owned;
+      args.count = segments[s].slice;
+      args.purpose_id = static_cast<int32_t>(s);
+      ZRT_RETURN_IF_ERROR(enqueue_collective(stream, replicas.rank(), replicas.size(), args)
+                              .with_context("all-reducing a gradient slice across the groups"));
+    }
+  } else {
+    args.op = ZRT_AVG;  // of the groups' averages: the world's, the groups being equal
+    args.sendbuf = buf.grad_shard;
+    args.recvbuf = buf.grad_shard;
+    args.count = ctx_.layout.shard_numel();
+    ZRT_RETURN_IF_ERROR(enqueue_collective(stream, replicas.rank(), replicas.size(), args)
+                            .with_context("all-reducing the gradient shard across the groups"));
+  }
+  return stream.synchronize().with_context("waiting for the all-reduce across the groups");
 }
 
 // Offload: segment s's slice of the optimizer's f32 gradient, from where its reduction left it

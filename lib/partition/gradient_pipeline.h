@@ -119,6 +119,8 @@ class GradientPipeline {
   // (or the full buffer) where the optimizer's memory is the gradients' (no offload to a device
   // beside it) and no 1/N scaling is left to apply.
   bool optimizer_reads_reduced() const;
+  // Hybrid sharding: the gradient shard's all-reduce across the shard groups (blocking).
+  Status reduce_across_groups();
 
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).

@@ -11,11 +11,19 @@
 namespace zrt {
 
 PartitionContext::PartitionContext(Communicator& comm_in, const PartitionOptions& options_in)
+    : PartitionContext(comm_in, comm_in, nullptr, options_in) {}
+
+PartitionContext::PartitionContext(Communicator& comm_in, Communicator& world_in,
+                                   Communicator* replicas_in, const PartitionOptions& options_in)
     : comm(comm_in),
+      world(world_in),
+      replicas(replicas_in),
       options(options_in),
       policy(options_in),
       rank(comm_in.rank()),
       size(comm_in.size()),
+      world_rank(world_in.rank()),
+      world_size(world_in.size()),
       p_size(dtype_size(options_in.param_dtype)),
       g_size(dtype_size(options_in.reduce_dtype)) {}
 

@@ -68,7 +68,12 @@ struct PartitionStreams {
 };
 
 struct PartitionContext {
+  // Flat: comm is the world.
   PartitionContext(Communicator& comm, const PartitionOptions& options);
+  // Hybrid sharding (shard_groups.h): comm is this rank's shard group, `replicas` the ranks of
+  // its index in every group (null when flat).
+  PartitionContext(Communicator& comm, Communicator& world, Communicator* replicas,
+                   const PartitionOptions& options);
 
   // Element offset of a segment in a full (unsharded) view.
   size_t segment_start(int segment) const {
@@ -84,11 +89,19 @@ struct PartitionContext {
   Status run_piecewise(Stream& stream, size_t total, std::function<void(size_t, size_t)> work,
                        const char* name) const;
 
+  // The shard group's ranks: every gather and reduce-scatter, the streams, the arena. rank and
+  // size are in it; with flat sharding it is the world.
   Communicator& comm;
+  // Every rank of the job: the step's vote, the cross-rank checks.
+  Communicator& world;
+  // Hybrid sharding: the gradient shard's all-reduce across the groups; null when flat.
+  Communicator* replicas;
   const PartitionOptions options;
   const StagePolicy policy;
   const int rank;
   const int size;
+  const int world_rank;
+  const int world_size;
   const size_t p_size;  // bytes per param element
   const size_t g_size;  // bytes per reduce element
 

@@ -17,7 +17,7 @@
 namespace zrt {
 
 PartitionManager::PartitionManager(Communicator& comm, const PartitionOptions& options)
-    : ctx_(comm, options) {}
+    : world_(comm), ctx_(std::make_unique<PartitionContext>(comm, options)) {}
 
 PartitionManager::~PartitionManager() {
   const Status status = destroy();
@@ -89,7 +89,7 @@ Status PartitionManager::register_param(ParamSpec spec, int* param) {
 
 Status PartitionManager::add_param(int unit, const std::string& name, size_t numel, uint32_t flags,
                                    int* param) {
-  ParamSpec spec{name, numel, unit, flags, ctx_.options.param_dtype, {}, /*shaped=*/false};
+  ParamSpec spec{name, numel, unit, flags, ctx_->options.param_dtype, {}, /*shaped=*/false};
   // A 1-D shape of a numel that int64 cannot hold would not be a shape any framework has.
   if (numel <= static_cast<size_t>(INT64_MAX)) spec.dims = {static_cast<int64_t>(numel)};
   return register_param(std::move(spec), param);
@@ -141,11 +141,13 @@ Status PartitionManager::add_param_shaped(int unit, const std::string& name, int
 // collectives would pair mismatched buffers: a wrong result or a hang. One all-gather of two
 // digests per rank proves it before anything else runs.
 Status PartitionManager::check_ranks_agree() {
-  const int size = ctx_.size;
+  // Over the world, not the shard group: the groups' collectives pair up too.
+  Communicator& comm = world_;
+  const int size = comm.size();
   if (size == 1) return Status::ok();
   // The model digest covers what the layout does not: the registered shapes and dtypes.
-  const uint64_t model = ctx_.layout.hash() ^ model_digest(unit_specs_, param_specs_);
-  uint64_t mine[2] = {partition_options_hash(ctx_.options, 0x7a72), model};
+  const uint64_t model = ctx_->layout.hash() ^ model_digest(unit_specs_, param_specs_);
+  uint64_t mine[2] = {partition_options_hash(ctx_->options, 0x7a72), model};
   std::vector<uint64_t> all(2 * static_cast<size_t>(size), 0);
   CollectiveArgs args;
   args.kind = ZRT_COLL_ALL_GATHER;
@@ -153,7 +155,7 @@ Status PartitionManager::check_ranks_agree() {
   args.recvbuf = all.data();
   args.count = sizeof(mine);
   args.dtype = ZRT_U8;
-  ZRT_RETURN_IF_ERROR(ctx_.comm.run_internal(
+  ZRT_RETURN_IF_ERROR(comm.run_internal(
       args, "checking that every rank registered the same model and configuration"));
   std::string config_differs, model_differs;
   for (int r = 0; r < size; ++r) {
@@ -167,7 +169,7 @@ Status PartitionManager::check_ranks_agree() {
   }
   if (!model_differs.empty()) {
     // Every rank saw the same digests, so every rank takes this path together.
-    return explain_model_mismatch(ctx_.comm, unit_specs_, param_specs_, model_differs);
+    return explain_model_mismatch(comm, unit_specs_, param_specs_, model_differs);
   }
   return Status::ok();
 }
@@ -175,20 +177,26 @@ Status PartitionManager::check_ranks_agree() {
 Status PartitionManager::finalize() {
   if (destroyed_) return Status::invalid_usage("the partition manager was destroyed");
   if (finalized_) return Status::invalid_usage("zrt_partition_finalize was already called");
+  if (!groups_.hybrid()) ZRT_RETURN_IF_ERROR(form_shard_groups(world_, ctx_->options, &groups_));
+  if (groups_.hybrid()) {
+    const PartitionOptions options = ctx_->options;
+    ctx_ =
+        std::make_unique<PartitionContext>(*groups_.group, world_, groups_.replicas.get(), options);
+  }
   ZRT_RETURN_IF_ERROR(
-      Layout::build(ctx_.options, ctx_.size, unit_specs_, param_specs_, &ctx_.layout));
+      Layout::build(ctx_->options, ctx_->size, unit_specs_, param_specs_, &ctx_->layout));
   ZRT_RETURN_IF_ERROR(check_ranks_agree());
-  ctx_.plan = plan_buffers(ctx_.options, ctx_.layout);
-  for (const UnitSpec& unit : unit_specs_) ctx_.unit_names.push_back(unit.name);
-  ZRT_RETURN_IF_ERROR(resources_.setup(ctx_));
-  ctx_.shard = ctx_.layout.shard_map(ctx_.layout.shards() == 1 ? 0 : ctx_.rank);
-  window_ = std::make_unique<GatherWindow>(ctx_);
-  grads_ = std::make_unique<GradientPipeline>(ctx_);
-  step_ = std::make_unique<StepTransaction>(ctx_, *window_, *grads_);
+  ctx_->plan = plan_buffers(ctx_->options, ctx_->layout);
+  for (const UnitSpec& unit : unit_specs_) ctx_->unit_names.push_back(unit.name);
+  ZRT_RETURN_IF_ERROR(resources_.setup(*ctx_));
+  ctx_->shard = ctx_->layout.shard_map(ctx_->layout.shards() == 1 ? 0 : ctx_->rank);
+  window_ = std::make_unique<GatherWindow>(*ctx_);
+  grads_ = std::make_unique<GradientPipeline>(*ctx_);
+  step_ = std::make_unique<StepTransaction>(*ctx_, *window_, *grads_);
   finalized_ = true;
   ZRT_LOG_INFO("partition: stage {}, {} units, {} trainable elements ({} padded) in {} segments",
-               ctx_.policy.stage(), unit_specs_.size(), ctx_.layout.trainable_numel(),
-               ctx_.layout.padded_numel(), ctx_.layout.segments().size());
+               ctx_->policy.stage(), unit_specs_.size(), ctx_->layout.trainable_numel(),
+               ctx_->layout.padded_numel(), ctx_->layout.segments().size());
   return Status::ok();
 }
 
@@ -202,25 +210,25 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
   ZRT_RETURN_IF_ERROR(step_->prepare_master_write());
   // Units gathered ahead hold the old parameters.
   window_->forget();
-  const ParamLocation& loc = ctx_.layout.params()[param];
-  const PartitionBuffers& buf = ctx_.buffers;
-  ElementOps& ops = *ctx_.ops;
-  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const ParamLocation& loc = ctx_->layout.params()[param];
+  const PartitionBuffers& buf = ctx_->buffers;
+  ElementOps& ops = *ctx_->ops;
+  const zrt_dtype_t pdt = ctx_->options.param_dtype;
   const size_t in_size = dtype_size(dtype);
   const char* in = static_cast<const char*>(values);
   if (loc.place == ParamPlace::kFrozen) {
-    ops.convert(dtype, in, pdt, ctx_.param_ptr(buf.frozen, loc.view_offset), loc.numel);
+    ops.convert(dtype, in, pdt, ctx_->param_ptr(buf.frozen, loc.view_offset), loc.numel);
     return Status::ok();
   }
-  if (!ctx_.policy.shards_params() || loc.place == ParamPlace::kPersistent) {
-    ops.convert(dtype, in, pdt, ctx_.param_ptr(buf.full_params, loc.view_offset), loc.numel);
+  if (!ctx_->policy.shards_params() || loc.place == ParamPlace::kPersistent) {
+    ops.convert(dtype, in, pdt, ctx_->param_ptr(buf.full_params, loc.view_offset), loc.numel);
   }
-  for (int index : ctx_.shard.param_pieces[param]) {
-    const zrt_shard_piece_t& piece = ctx_.shard.pieces[index];
+  for (int index : ctx_->shard.param_pieces[param]) {
+    const zrt_shard_piece_t& piece = ctx_->shard.pieces[index];
     const char* src = in + piece.param_offset * in_size;
     ops.convert(dtype, src, ZRT_F32, buf.master + piece.shard_offset, piece.count);
     if (buf.param_shard != nullptr) {
-      ops.convert(dtype, src, pdt, ctx_.param_ptr(buf.param_shard, piece.shard_offset),
+      ops.convert(dtype, src, pdt, ctx_->param_ptr(buf.param_shard, piece.shard_offset),
                   piece.count);
     }
   }
@@ -230,11 +238,11 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
 Status PartitionManager::param_info(int param, zrt_param_info_t* info) const {
   ZRT_RETURN_IF_ERROR(check_finalized("param_info"));
   ZRT_RETURN_IF_ERROR(check_param(param));
-  const ParamLocation& loc = ctx_.layout.params()[param];
+  const ParamLocation& loc = ctx_->layout.params()[param];
   info->unit = loc.unit;
   info->numel = loc.numel;
   info->flags = loc.flags;
-  info->resident = !ctx_.policy.shards_params() || loc.place != ParamPlace::kSegmented;
+  info->resident = !ctx_->policy.shards_params() || loc.place != ParamPlace::kSegmented;
   info->first_segment = loc.first_segment;
   info->last_segment = loc.last_segment;
   info->segment_offset = loc.segment_offset;
@@ -250,8 +258,8 @@ Status PartitionManager::param_info(int param, zrt_param_info_t* info) const {
 
 Status PartitionManager::shard_pieces(const zrt_shard_piece_t** pieces, size_t* count) const {
   ZRT_RETURN_IF_ERROR(check_finalized("shard_pieces"));
-  *pieces = ctx_.shard.pieces.data();
-  *count = ctx_.shard.pieces.size();
+  *pieces = ctx_->shard.pieces.data();
+  *count = ctx_->shard.pieces.size();
   return Status::ok();
 }
 
@@ -283,12 +291,12 @@ Status PartitionManager::release(int unit) {
 Status PartitionManager::param_data(int param, void** data) const {
   ZRT_RETURN_IF_ERROR(check_finalized("param_data"));
   ZRT_RETURN_IF_ERROR(check_param(param));
-  const ParamLocation& loc = ctx_.layout.params()[param];
-  const PartitionBuffers& buf = ctx_.buffers;
+  const ParamLocation& loc = ctx_->layout.params()[param];
+  const PartitionBuffers& buf = ctx_->buffers;
   if (loc.place == ParamPlace::kFrozen) {
-    *data = ctx_.param_ptr(buf.frozen, loc.view_offset);
-  } else if (!ctx_.policy.shards_params() || loc.place == ParamPlace::kPersistent) {
-    *data = ctx_.param_ptr(buf.full_params, loc.view_offset);
+    *data = ctx_->param_ptr(buf.frozen, loc.view_offset);
+  } else if (!ctx_->policy.shards_params() || loc.place == ParamPlace::kPersistent) {
+    *data = ctx_->param_ptr(buf.full_params, loc.view_offset);
   } else {
     // Stage 3: the unit's own address, fixed whether it is fetched or not (its data is there
     // only while it is); on the slot-address path (bench only) where its slot is, if fetched.
@@ -298,7 +306,7 @@ Status PartitionManager::param_data(int param, void** data) const {
       return Status::invalid_usage("param {} (\"{}\"): its unit {} is not fetched", param,
                                    param_specs_[param].name, loc.unit);
     }
-    *data = ctx_.param_ptr(view, loc.view_offset);
+    *data = ctx_->param_ptr(view, loc.view_offset);
   }
   return Status::ok();
 }
@@ -308,14 +316,14 @@ Status PartitionManager::wait_params() {
   // Everything a step or a load publishes is enqueued on the all-gather stream (conversions,
   // the stages 1/2 gathers, stage 3's persistent gather); units gathered on fetch have their
   // own events and are the fetch's business.
-  return ctx_.streams.ag->synchronize().with_context(
+  return ctx_->streams.ag->synchronize().with_context(
       "waiting for the parameters the last step published");
 }
 
 Status PartitionManager::grad_data(int param, void** grad) {
   ZRT_RETURN_IF_ERROR(check_finalized("grad_data"));
   ZRT_RETURN_IF_ERROR(check_param(param));
-  const ParamLocation& loc = ctx_.layout.params()[param];
+  const ParamLocation& loc = ctx_->layout.params()[param];
   if (loc.place == ParamPlace::kFrozen) {
     return Status::invalid_argument("param {} (\"{}\") is frozen: it has no gradient", param,
                                     param_specs_[param].name);
@@ -353,13 +361,13 @@ Status PartitionManager::set_sync(bool sync) {
     return Status::invalid_usage(
         "set_sync in the middle of a backward pass ({} of {} units "
         "signalled); call it between micro-batches",
-        grads_->signalled_count(), ctx_.layout.trainable_units());
+        grads_->signalled_count(), ctx_->layout.trainable_units());
   }
-  if (!sync && ctx_.buffers.full_grads == nullptr) {
+  if (!sync && ctx_->buffers.full_grads == nullptr) {
     return Status::invalid_usage(
         "stage {} keeps no full local gradients, so a micro-batch cannot skip the reduction; "
         "set no_sync_accumulation in the config",
-        ctx_.policy.stage());
+        ctx_->policy.stage());
   }
   grads_->set_sync(sync);
   return Status::ok();
@@ -368,7 +376,7 @@ Status PartitionManager::set_sync(bool sync) {
 Status PartitionManager::grad_ready(int unit) {
   ZRT_RETURN_IF_ERROR(check_finalized("grad_ready"));
   ZRT_RETURN_IF_ERROR(check_unit(unit));
-  if (ctx_.layout.units()[unit].trainable_numel == 0) {
+  if (ctx_->layout.units()[unit].trainable_numel == 0) {
     return Status::invalid_argument("unit {} (\"{}\") has no trainable parameter", unit,
                                     unit_specs_[unit].name);
   }
@@ -408,9 +416,24 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
 
 Status PartitionManager::memory(MemoryFigures* figures) const {
   ZRT_RETURN_IF_ERROR(check_finalized("memory"));
-  MemoryFigures f = memory_figures(ctx_.options, ctx_.layout);  // theoretical figure and counts
-  resources_.measure(&f);                                       // bytes actually carved
+  MemoryFigures f = memory_figures(ctx_->options, ctx_->layout);  // theoretical figure and counts
+  resources_.measure(&f);                                         // bytes actually carved
   *figures = f;
+  return Status::ok();
+}
+
+Status PartitionManager::traffic(zrt_partition_traffic_t* traffic) const {
+  ZRT_RETURN_IF_ERROR(check_finalized("traffic"));
+  zrt_comm_stats_t stats{};
+  ctx_->comm.engine().counters().snapshot(&stats);
+  traffic->shard_group_size = groups_.hybrid() ? groups_.group_size : ctx_->size;
+  traffic->replica_groups = groups_.hybrid() ? groups_.replica_groups : 1;
+  traffic->intra_group_bytes = stats.user.bytes_sent;
+  traffic->inter_group_bytes = 0;
+  if (ctx_->replicas != nullptr) {
+    ctx_->replicas->engine().counters().snapshot(&stats);
+    traffic->inter_group_bytes = stats.user.bytes_sent;
+  }
   return Status::ok();
 }
 
@@ -423,13 +446,22 @@ Status PartitionManager::window_stats(WindowStats* stats) const {
 Status PartitionManager::destroy() {
   if (destroyed_) return Status::ok();
   destroyed_ = true;
-  return resources_.release(ctx_);
+  Status status = resources_.release(*ctx_);
+  const Status groups = groups_.destroy();
+  return status.is_ok() ? groups : status;
 }
 
 // --- Checkpoint access (used by lib/checkpoint) ----------------------------------------------
 
 Status PartitionManager::checkpoint_quiesce(const char* what) {
   ZRT_RETURN_IF_ERROR(check_finalized(what));
+  if (groups_.hybrid()) {
+    return Status(ZRT_UNSUPPORTED,
+                  fmt::format("{}: checkpoints of hybrid-sharded partitions (shard_group_size "
+                              "{} of {} ranks) are not supported; set "
+                              "config.shard_group_size = {} (flat sharding) to save or load",
+                              what, groups_.group_size, world_.size(), world_.size()));
+  }
   if (resources_.on_device()) {
     // The checkpoint layer reads and writes master, state and frozen store on the host.
     return Status(ZRT_UNSUPPORTED,
@@ -449,7 +481,7 @@ Status PartitionManager::checkpoint_quiesce(const char* what) {
         "it after zrt_partition_step",
         what);
   }
-  ZRT_RETURN_IF_ERROR(ctx_.streams.ag->synchronize().with_context(
+  ZRT_RETURN_IF_ERROR(ctx_->streams.ag->synchronize().with_context(
       fmt::format("{}: waiting for the post-step parameter gathers", what)));
   // The parameter shard is read as it is (read_param_shard): bring it up to date.
   return window_->flush_conversions().with_context(
@@ -457,20 +489,20 @@ Status PartitionManager::checkpoint_quiesce(const char* what) {
 }
 
 Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, void* out) const {
-  const Layout& layout = ctx_.layout;
+  const Layout& layout = ctx_->layout;
   if (shard_offset + count > layout.shard_numel()) {
     return Status::invalid_argument("read_param_shard: [{}, {}) is outside the {}-element shard",
                                     shard_offset, shard_offset + count, layout.shard_numel());
   }
-  const PartitionBuffers& buf = ctx_.buffers;
-  const size_t p_size = ctx_.p_size;
+  const PartitionBuffers& buf = ctx_->buffers;
+  const size_t p_size = ctx_->p_size;
   char* dst = static_cast<char*>(out);
-  switch (ctx_.policy.param_home()) {
+  switch (ctx_->policy.param_home()) {
     case ParamHome::kReplicated:
-      ctx_.ops->copy(dst, buf.full_params + shard_offset * p_size, count * p_size);
+      ctx_->ops->copy(dst, buf.full_params + shard_offset * p_size, count * p_size);
       return Status::ok();
     case ParamHome::kShard:
-      ctx_.ops->copy(dst, buf.param_shard + shard_offset * p_size, count * p_size);
+      ctx_->ops->copy(dst, buf.param_shard + shard_offset * p_size, count * p_size);
       return Status::ok();
     case ParamHome::kOwnedSlices:
       break;
@@ -481,9 +513,9 @@ Status PartitionManager::read_param_shard(size_t shard_offset, size_t count, voi
     if (shard_offset >= seg.shard_offset + seg.slice) continue;
     const size_t in_slice = shard_offset - seg.shard_offset;
     const size_t n = std::min(count, seg.slice - in_slice);
-    const size_t full = ctx_.segment_start(static_cast<int>(s)) +
-                        static_cast<size_t>(ctx_.rank) * seg.slice + in_slice;
-    ctx_.ops->copy(dst, buf.full_params + full * p_size, n * p_size);
+    const size_t full = ctx_->segment_start(static_cast<int>(s)) +
+                        static_cast<size_t>(ctx_->rank) * seg.slice + in_slice;
+    ctx_->ops->copy(dst, buf.full_params + full * p_size, n * p_size);
     dst += n * p_size;
     shard_offset += n;
     count -= n;
@@ -495,10 +527,10 @@ Status PartitionManager::restore_checkpoint(const float* master,
                                             const std::vector<const float*>& states,
                                             const void* frozen, zrt_dtype_t frozen_dtype,
                                             int64_t step) {
-  if (states.size() != ctx_.buffers.state.size()) {
+  if (states.size() != ctx_->buffers.state.size()) {
     return Status(ZRT_INTERNAL_ERROR,
                   fmt::format("restore_checkpoint: {} optimizer state slots given, {} expected",
-                              states.size(), ctx_.buffers.state.size()));
+                              states.size(), ctx_->buffers.state.size()));
   }
   return step_->restore_checkpoint(master, states, frozen, frozen_dtype, step);
 }

@@ -29,6 +29,7 @@
 #include "lib/partition/memory_model.h"
 #include "lib/partition/partition_context.h"
 #include "lib/partition/partition_resources.h"
+#include "lib/partition/shard_groups.h"
 #include "lib/partition/step_transaction.h"
 #include "zrt/zrt.h"
 
@@ -66,8 +67,10 @@ class PartitionManager {
   Status step(zrt_optimizer_fn optimizer, void* user_data);
 
   Status memory(MemoryFigures* figures) const;
+  // zrt_partition_traffic: the shard group's and the replicas' sent bytes.
+  Status traffic(zrt_partition_traffic_t* traffic) const;
   Status window_stats(WindowStats* stats) const;
-  const PartitionOptions& options() const { return ctx_.options; }
+  const PartitionOptions& options() const { return ctx_->options; }
 
   // Waits for pending communication and releases streams, events and the arena.
   Status destroy();
@@ -85,16 +88,17 @@ class PartitionManager {
   // --- Checkpoint access (used by lib/checkpoint: zrt_partition_save/load/export_full) ---
   // Read access to the trained state and one call that replaces it. The checkpoint layer owns
   // the file format; the manager only exposes its buffers in shard layout.
-  Communicator& communicator() { return ctx_.comm; }
-  const Layout& layout() const { return ctx_.layout; }
+  // The shard group's communicator (the world's when flat); checkpoints refuse hybrid managers.
+  Communicator& communicator() { return ctx_->comm; }
+  const Layout& layout() const { return ctx_->layout; }
   const std::vector<ParamSpec>& param_specs() const { return param_specs_; }
   size_t registered_numel_ = 0;  // sum of param_specs_ numel (each <= kMaxNumel)
   const std::vector<UnitSpec>& unit_specs() const { return unit_specs_; }
   bool is_finalized() const { return finalized_ && !destroyed_; }
   int64_t step_count() const { return step_ != nullptr ? step_->step_count() : 0; }
-  const float* master_shard() const { return ctx_.buffers.master; }
-  const std::vector<float*>& state_shards() const { return ctx_.buffers.state; }
-  const char* frozen_store() const { return ctx_.buffers.frozen; }  // param_dtype, frozen view
+  const float* master_shard() const { return ctx_->buffers.master; }
+  const std::vector<float*>& state_shards() const { return ctx_->buffers.state; }
+  const char* frozen_store() const { return ctx_->buffers.frozen; }  // param_dtype, frozen view
   // Fails unless finalized and between steps: no unit fetched, no micro-batch begun. Waits for
   // the post-step all-gathers, so the buffers above are quiescent afterwards.
   Status checkpoint_quiesce(const char* what);
@@ -116,7 +120,10 @@ class PartitionManager {
   // Every rank registered the same model with the same configuration.
   Status check_ranks_agree();
 
-  PartitionContext ctx_;
+  Communicator& world_;
+  // Formed by finalize; with G < N, ctx_ is then remade on the shard group's communicator.
+  ShardGroups groups_;
+  std::unique_ptr<PartitionContext> ctx_;
   PartitionResources resources_;
   bool finalized_ = false;
   bool destroyed_ = false;

@@ -56,11 +56,12 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   // A callback's stray negative value must still read as a failure under MAX.
   const int32_t own =
       mine < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : static_cast<int32_t>(mine);
-  codes->assign(static_cast<size_t>(ctx_.size), 0);
-  (*codes)[static_cast<size_t>(ctx_.rank)] = own;
-  if (ctx_.size == 1) return Status::ok();
+  codes->assign(static_cast<size_t>(ctx_.world_size), 0);
+  (*codes)[static_cast<size_t>(ctx_.world_rank)] = own;
+  if (ctx_.world_size == 1) return Status::ok();
   // One all-reduce (max) of every rank's slot: each rank learns every code, and the vote is
-  // counted as internal traffic, apart from the ZeRO figures.
+  // counted as internal traffic, apart from the ZeRO figures. Over the world, not the shard
+  // group: the replica groups must roll back or commit together too.
   CollectiveArgs vote;
   vote.kind = ZRT_COLL_ALL_REDUCE;
   vote.sendbuf = codes->data();
@@ -68,7 +69,7 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   vote.count = codes->size();
   vote.dtype = ZRT_I32;
   vote.op = ZRT_MAX;
-  return ctx_.comm.run_internal(vote, what);
+  return ctx_.world.run_internal(vote, what);
 }
 
 Status StepTransaction::exchange_messages(const Status& mine, const std::vector<int32_t>& codes,
@@ -76,9 +77,9 @@ Status StepTransaction::exchange_messages(const Status& mine, const std::vector<
   // Fixed slots, so one all-gather carries them; only on the failure path, never in a step
   // that succeeds.
   constexpr size_t kSlot = 1024;
-  const size_t size = static_cast<size_t>(ctx_.size);
+  const size_t size = static_cast<size_t>(ctx_.world_size);
   std::vector<char> slots(kSlot * size, 0);
-  char* own = slots.data() + kSlot * static_cast<size_t>(ctx_.rank);
+  char* own = slots.data() + kSlot * static_cast<size_t>(ctx_.world_rank);
   const std::string& text = mine.message();
   std::copy_n(text.data(), std::min(text.size(), kSlot - 1), own);
   if (size > 1) {
@@ -90,7 +91,7 @@ Status StepTransaction::exchange_messages(const Status& mine, const std::vector<
     gather.count = kSlot;
     gather.dtype = ZRT_U8;
     ZRT_RETURN_IF_ERROR(
-        ctx_.comm.run_internal(gather, "step: sharing the failing ranks' error messages"));
+        ctx_.world.run_internal(gather, "step: sharing the failing ranks' error messages"));
   }
   for (size_t r = 0; r < size; ++r) {
     if (codes[r] == ZRT_SUCCESS) continue;

@@ -100,7 +100,7 @@ class PartitionConfig(ctypes.Structure):
                 ("alignment", size_t), ("mem_kind", ctypes.c_int),
                 ("no_sync_accumulation", ctypes.c_int), ("step_backup", ctypes.c_int),
                 ("prefetch_next_step", ctypes.c_int), ("offload_optimizer", ctypes.c_int),
-                ("grad_accumulate", ctypes.c_int)]
+                ("grad_accumulate", ctypes.c_int), ("shard_group_size", ctypes.c_int)]
 
 
 class ParamInfo(ctypes.Structure):
@@ -146,6 +146,12 @@ class PartitionStats(ctypes.Structure):
                 ("evictions", ctypes.c_uint64), ("max_gathered_units", ctypes.c_int),
                 ("max_gathered_bytes", ctypes.c_uint64), ("order_recorded", ctypes.c_int),
                 ("order_invalidated", ctypes.c_int)]
+
+
+class PartitionTraffic(ctypes.Structure):
+    _fields_ = [("size", size_t), ("shard_group_size", ctypes.c_int),
+                ("replica_groups", ctypes.c_int), ("intra_group_bytes", ctypes.c_uint64),
+                ("inter_group_bytes", ctypes.c_uint64)]
 
 
 # --- functions --------------------------------------------------------------------------------
@@ -197,6 +203,7 @@ _prototypes = {
     "zrt_partition_step": (status_t, [handle, OptimizerFn, ctypes.c_void_p]),
     "zrt_partition_memory": (status_t, [handle, P(PartitionMemory)]),
     "zrt_partition_stats": (status_t, [handle, P(PartitionStats)]),
+    "zrt_partition_traffic": (status_t, [handle, P(PartitionTraffic)]),
     "zrt_partition_save": (status_t, [handle, ctypes.c_char_p]),
     "zrt_partition_load": (status_t, [handle, ctypes.c_char_p]),
     "zrt_partition_export_full": (status_t, [handle, ctypes.c_char_p, ctypes.c_int]),

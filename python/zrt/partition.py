@@ -121,6 +121,13 @@ class Partition:
         call("zrt_partition_stats", self.handle, ctypes.byref(s))
         return {name: getattr(s, name) for name, _ in s._fields_ if name != "size"}
 
+    def traffic(self):
+        """Bytes sent inside the shard group and across the groups (zrt_partition_traffic)."""
+        t = _lib.PartitionTraffic()
+        t.size = ctypes.sizeof(t)
+        call("zrt_partition_traffic", self.handle, ctypes.byref(t))
+        return {name: getattr(t, name) for name, _ in t._fields_ if name != "size"}
+
     def save(self, directory):
         call("zrt_partition_save", self.handle, str(directory).encode())
 

@@ -62,7 +62,7 @@ int main(void) {
   FIELD(zrt_comm_stats_t, internal, 40);
   FIELD(zrt_comm_stats_t, per_kind, 72);
 
-  SIZE(zrt_partition_config_t, 112);
+  SIZE(zrt_partition_config_t, 120);
   FIELD(zrt_partition_config_t, size, 0);
   FIELD(zrt_partition_config_t, magic, 8);
   FIELD(zrt_partition_config_t, version, 12);
@@ -83,6 +83,14 @@ int main(void) {
   FIELD(zrt_partition_config_t, prefetch_next_step, 100);
   FIELD(zrt_partition_config_t, offload_optimizer, 104);
   FIELD(zrt_partition_config_t, grad_accumulate, 108);
+  FIELD(zrt_partition_config_t, shard_group_size, 112);
+
+  SIZE(zrt_partition_traffic_t, 32);
+  FIELD(zrt_partition_traffic_t, size, 0);
+  FIELD(zrt_partition_traffic_t, shard_group_size, 8);
+  FIELD(zrt_partition_traffic_t, replica_groups, 12);
+  FIELD(zrt_partition_traffic_t, intra_group_bytes, 16);
+  FIELD(zrt_partition_traffic_t, inter_group_bytes, 24);
 
   SIZE(zrt_param_info_t, 128);
   FIELD(zrt_param_info_t, size, 0);

@@ -162,6 +162,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   config.reduce_dtype = options.reduce_dtype;
   config.no_sync_accumulation = options.no_sync && options.stage >= 2;
   config.offload_optimizer = options.offload_optimizer ? 1 : 0;
+  config.shard_group_size = options.shard_group_size;
   zrt_partition_t pm = nullptr;
   ZRT_TEST_OK(zrt_partition_create(comm, &config, &pm));
   const size_t layers = shape.dims.size() - 1;
@@ -181,6 +182,16 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   }
   if (options.memory != nullptr) ZRT_TEST_OK(zrt_partition_memory(pm, options.memory));
   if (options.stats != nullptr) ZRT_TEST_OK(zrt_comm_stats_reset(comm));
+  zrt_partition_traffic_t traffic_before{};
+  traffic_before.size = sizeof(traffic_before);
+  if (options.traffic != nullptr) ZRT_TEST_OK(zrt_partition_traffic(pm, &traffic_before));
+  auto read_traffic = [&]() -> zrt_status_t {
+    options.traffic->size = sizeof(*options.traffic);
+    const zrt_status_t status = zrt_partition_traffic(pm, options.traffic);
+    options.traffic->intra_group_bytes -= traffic_before.intra_group_bytes;
+    options.traffic->inter_group_bytes -= traffic_before.inter_group_bytes;
+    return status;
+  };
   AdamConfig adam;
   const int local_rows = shape.batch / size;
   const int micro_rows = local_rows / options.micro_batches;
@@ -245,6 +256,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   if (options.stats != nullptr && options.stage == 3) {
     ZRT_TEST_OK(zrt_comm_stats(comm, options.stats));
   }
+  if (options.traffic != nullptr && options.stage == 3) ZRT_TEST_OK(read_traffic());
   for (size_t l = 0; options.read_back && l < layers; ++l) {
     ZRT_TEST_OK(zrt_partition_fetch(pm, static_cast<int>(l)));
     ZRT_TEST_OK(read_unit(l));
@@ -253,6 +265,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   if (options.stats != nullptr && options.stage != 3) {
     ZRT_TEST_OK(zrt_comm_stats(comm, options.stats));
   }
+  if (options.traffic != nullptr && options.stage != 3) ZRT_TEST_OK(read_traffic());
   ZRT_TEST_OK(zrt_partition_destroy(pm));
   result = params;
   return result;

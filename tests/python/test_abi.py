@@ -19,6 +19,7 @@ STRUCTS = {
     "zrt_optimizer_args_t": (lib.OptimizerArgs, False),  # zrt's size; the binding reads a prefix
     "zrt_partition_memory_t": (lib.PartitionMemory, True),
     "zrt_partition_stats_t": (lib.PartitionStats, True),
+    "zrt_partition_traffic_t": (lib.PartitionTraffic, True),
 }
 
 

@@ -105,6 +105,11 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
                  "stage 3: parameters with fewer elements stay gathered (default 100000)");
   auto* alignment_option =
       app.add_option("--alignment", alignment, "slice alignment in elements (default 128)");
+  int shard_group = 0;
+  app.add_option("--shard-group", shard_group,
+                 "stages 1-3, hybrid sharding: shard inside groups of G ranks (dividing N), "
+                 "replicate across the N/G groups; memory is then the stage's on G ranks "
+                 "(default N: flat)");
   app.add_flag("--no-sync", no_sync,
                "stages 2/3: keep full local gradients for no-sync "
                "accumulation");
@@ -204,6 +209,11 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
     }
     o.alignment = static_cast<size_t>(alignment);
   }
+  if (shard_group < 0 || (shard_group > 0 && ranks % shard_group != 0)) {
+    return Status::invalid_argument("--shard-group {}: expected a group size dividing --ranks {}",
+                                    shard_group, ranks);
+  }
+  req.shard_group = shard_group > 0 ? shard_group : ranks;
   if (no_sync) o.no_sync_accumulation = true;
   if (no_step_backup) o.step_backup = false;
   if (offload) o.offload_optimizer = true;

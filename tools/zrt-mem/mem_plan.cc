@@ -19,7 +19,11 @@ Status plan_memory(const MemRequest& request, MemPlan* plan) {
         validate_partition_options(options).with_context(fmt::format("stage {}", stage)));
     StagePlan sp;
     sp.stage = stage;
-    ZRT_RETURN_IF_ERROR(compute_memory_figures(options, request.ranks, request.model.units,
+    // Hybrid sharding holds what a flat manager on the group's G ranks holds (stage 0 shards
+    // nothing: N).
+    const int shard_ranks =
+        stage > 0 && request.shard_group > 0 ? request.shard_group : request.ranks;
+    ZRT_RETURN_IF_ERROR(compute_memory_figures(options, shard_ranks, request.model.units,
                                                request.model.params, &sp.figures)
                             .with_context(fmt::format("stage {}", stage)));
     out.stages.push_back(sp);
@@ -44,11 +48,15 @@ std::string gb(double bytes) {
 std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   const PartitionOptions& o = request.options;
   std::string out = fmt::format(
-      "# zrt-mem: {}\n# {} ranks; parameters {}, gradients reduced in {}, master f32, optimizer "
-      "{} f32 slot(s); bucket {}, prefetch depth {}, alignment {}\n#\n",
-      request.model.description, request.ranks, dtype_name(o.param_dtype),
-      dtype_name(o.reduce_dtype), o.optimizer_slots, tools::format_size(o.bucket_bytes),
-      o.prefetch_depth, o.alignment);
+      "# zrt-mem: {}\n# {} ranks{}; parameters {}, gradients reduced in {}, master f32, "
+      "optimizer {} f32 slot(s); bucket {}, prefetch depth {}, alignment {}\n#\n",
+      request.model.description, request.ranks,
+      request.shard_group > 0 && request.shard_group < request.ranks
+          ? fmt::format(" (stages 1-3 sharded in groups of {}, {} replicas)", request.shard_group,
+                        request.ranks / request.shard_group)
+          : "",
+      dtype_name(o.param_dtype), dtype_name(o.reduce_dtype), o.optimizer_slots,
+      tools::format_size(o.bucket_bytes), o.prefetch_depth, o.alignment);
 
   tools::Table t;
   t.add_column("per rank", tools::Table::Align::kLeft);
@@ -136,6 +144,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                 {"frozen_parameters", request.model.frozen_params()},
                 {"units", request.model.units.size()}};
   j["settings"] = {{"ranks", request.ranks},
+                   {"shard_group", request.shard_group > 0 ? request.shard_group : request.ranks},
                    {"param_dtype", dtype_name(o.param_dtype)},
                    {"reduce_dtype", dtype_name(o.reduce_dtype)},
                    {"optimizer_slots", o.optimizer_slots},

@@ -17,6 +17,7 @@ namespace zrt::mem {
 struct MemRequest {
   PartitionOptions options;  // stage is overridden per planned stage
   int ranks = 1;
+  int shard_group = 0;  // hybrid sharding: ranks per shard group (0 = ranks, flat)
   ModelSpec model;
   std::vector<int> stages{0, 1, 2, 3};
   double device_bytes = 0;  // 0: no fit check
