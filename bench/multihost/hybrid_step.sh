@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hybrid against flat sharding across simulated hosts (scripts/netns.sh): train_lm on 2 hosts x
 # 2 ranks, each host's link shaped to RATE, stage S with flat sharding (--shard-group 4) and
-# with hybrid sharding (the default group: one host's two ranks), the two runs interleaved
+# with hybrid sharding (--shard-group -1: one host's two ranks), the two runs interleaved
 # ROUNDS times in the same minutes. Prints each run's seconds per step and its traffic split, and
 # the ratio of the medians (hybrid / flat; below 1 = hybrid faster). Needs root.
 #
@@ -54,7 +54,7 @@ echo "# train_lm stage $stage, 2 hosts x 2 ranks, links shaped to $rate, $steps 
 flat=() hybrid=()
 for round in $(seq 1 "$rounds"); do
   f=$(run "flat$round" 4)
-  h=$(run "hybrid$round" 0)
+  h=$(run "hybrid$round" -1)
   flat+=("$f") hybrid+=("$h")
   echo "round $round: flat $f s/step, hybrid $h s/step"
 done

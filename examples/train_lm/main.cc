@@ -261,7 +261,7 @@ int run(const Options& options) {
   config.no_sync_accumulation = options.no_sync ? 1 : 0;
   config.alignment = 16;
   // Stage 0 shards nothing: the flag applies to stages 1-3, so one command line serves all four.
-  if (options.shard_group >= 0 && options.stage > 0) config.shard_group_size = options.shard_group;
+  if (options.stage > 0) config.shard_group_size = options.shard_group;
   zrt_partition_t pm = nullptr;
   CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
 

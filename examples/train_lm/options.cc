@@ -36,8 +36,8 @@ const char* usage() {
          "  --micro-batches N           gradient accumulation micro-batches       [1]\n"
          "  --no-sync                   reduce on the last micro-batch only\n"
          "  --shard-group G             stages 1-3: shard in groups of G ranks, replicate\n"
-         "                              across groups (0 = one host, N = flat;\n"
-         "                              ignored at stage 0)                       [0]\n"
+         "                              across groups (-1 = one host, 0 or N =\n"
+         "                              flat; ignored at stage 0)                 [0]\n"
          "  --bucket-mb X               gradient bucket size in MiB               [0.25]\n"
          "  --prefetch N                stage-3 prefetch depth in units           [1]\n"
          "  --persistence-threshold N   stage-3 params below N elements stay gathered [0]\n"
@@ -106,7 +106,7 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       options->no_sync = true;
     } else if (flag == "--shard-group") {
       if (!value(&text)) return false;
-      if (!parse_int(text, 0, 1 << 20, &integer)) return bad("expected 0..1048576");
+      if (!parse_int(text, -1, 1 << 20, &integer)) return bad("expected -1..1048576");
       options->shard_group = static_cast<int>(integer);
     } else if (flag == "--bucket-mb") {
       if (!value(&text)) return false;

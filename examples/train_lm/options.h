@@ -18,7 +18,7 @@ struct Options {
   double bucket_mb = 0.25;
   int prefetch = 1;
   size_t persistence_threshold = 0;
-  int shard_group = -1;  // --shard-group G (hybrid sharding); -1: the config's (0 = one host)
+  int shard_group = 0;  // --shard-group G (hybrid sharding): 0 flat, -1 one host's ranks
   bool checkpoint_activations = false;
   int context = 8;
   float learning_rate = 3e-3f;

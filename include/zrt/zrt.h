@@ -456,6 +456,10 @@ typedef struct zrt_partition* zrt_partition_t;
 /* The most dimensions a registered shape may have. */
 #define ZRT_MAX_DIMS 8
 
+/* zrt_partition_config_t.shard_group_size: shard among the ranks of one host (HSDP's usual
+ * mesh), replicate across hosts. */
+#define ZRT_SHARD_GROUP_HOST (-1)
+
 typedef struct zrt_partition_config {
   size_t size;                  /* sizeof(zrt_partition_config_t) as the caller compiled it */
   uint32_t magic;               /* ZRT_CONFIG_MAGIC */
@@ -486,9 +490,9 @@ typedef struct zrt_partition_config {
                                    framework accumulates into (+=); 0: it overwrites them */
   int shard_group_size;         /* stages 1-3, hybrid sharding (HSDP, MiCS): G ranks, dividing
                                    the world's N, shard among themselves (ranks [kG, kG+G)), the
-                                   N/G groups hold replicas; 0 = the ranks of one host when every
-                                   host has the same count dividing N, else N; N = flat. Stage 0:
-                                   0 only. With G < N, zrt_partition_finalize splits comm
+                                   N/G groups hold replicas; 0 or N = flat;
+                                   ZRT_SHARD_GROUP_HOST = the ranks of one host when every host
+                                   has the same count dividing N, else flat. Stage 0: 0 only. With G < N, zrt_partition_finalize splits comm
                                    (collective), gradients are reduce-scattered in the group and
                                    their shard all-reduced across groups when the step (or
                                    grad_norm) waits for them; memory is the stage's with N -> G;
@@ -518,7 +522,7 @@ typedef struct zrt_partition_config {
         0,                          /* prefetch_next_step */               \
         0,                          /* offload_optimizer */                \
         0,                          /* grad_accumulate */                  \
-        0                           /* shard_group_size: one host */       \
+        0                           /* shard_group_size: flat */           \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,

@@ -65,10 +65,10 @@ Status validate_partition_options(const PartitionOptions& o) {
     return Status::invalid_argument("config.mem_kind is {}; expected host or cuda",
                                     static_cast<int>(o.mem_kind));
   }
-  if (o.shard_group_size < 0) {
+  if (o.shard_group_size < ZRT_SHARD_GROUP_HOST) {
     return Status::invalid_argument(
-        "config.shard_group_size is {}; expected 0 (the ranks of one host) or a group size "
-        "dividing the number of ranks",
+        "config.shard_group_size is {}; expected 0 (flat), ZRT_SHARD_GROUP_HOST (-1, the ranks "
+        "of one host) or a group size dividing the number of ranks",
         o.shard_group_size);
   }
   if (o.shard_group_size != 0 && o.stage == 0) {

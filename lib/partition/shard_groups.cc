@@ -25,13 +25,18 @@ Status resolve_shard_group_size(const PartitionOptions& options, int ranks, int 
     return Status::ok();
   }
   if (asked == 0) {
+    *group_size = ranks;
+    return Status::ok();
+  }
+  if (asked == ZRT_SHARD_GROUP_HOST) {
     *group_size = local_size > 0 && ranks % local_size == 0 ? local_size : ranks;
     return Status::ok();
   }
   if (asked > ranks || ranks % asked != 0) {
     return Status::invalid_argument(
         "config.shard_group_size is {} but the communicator has {} ranks; it must divide the "
-        "number of ranks (1..{}; {} = flat sharding, 0 = the ranks of one host)",
+        "number of ranks (1..{}; 0 or {} = flat sharding, ZRT_SHARD_GROUP_HOST = the ranks of one "
+        "host)",
         asked, ranks, ranks, ranks);
   }
   *group_size = asked;
@@ -44,7 +49,7 @@ Status form_shard_groups(Communicator& world, const PartitionOptions& options,
   int mine = n;
   ZRT_RETURN_IF_ERROR(resolve_shard_group_size(options, n, world.local_size(), &mine));
   int g = mine;
-  if (n > 1 && options.stage > 0 && options.shard_group_size == 0) {
+  if (n > 1 && options.stage > 0 && options.shard_group_size == ZRT_SHARD_GROUP_HOST) {
     // Hosts with different rank counts resolve "one host" differently: every rank must see
     // every host's choice, and fall back to flat sharding unless they all agree.
     std::vector<int> all(static_cast<size_t>(n), 0);

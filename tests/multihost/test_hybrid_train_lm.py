@@ -81,9 +81,9 @@ def main():
     port = 20000 + os.getpid() % 20000
     one_host = [0, 0, 0, 0]
     two_hosts = [0, 0, 1, 1]
-    # (stage, --shard-group on one host, on two hosts): flat is G = 4; hybrid's default on two
-    # hosts is one host's two ranks, which the one-host reference must ask for.
-    cases = [(s, "4", "4") for s in range(4)] + [(s, "2", "0") for s in (1, 2, 3)]
+    # (stage, --shard-group on one host, on two hosts): flat is G = 4; hybrid by host (-1) on two
+    # hosts is one host's two ranks, which the one-host reference must ask for as G = 2.
+    cases = [(s, "4", "4") for s in range(4)] + [(s, "2", "-1") for s in (1, 2, 3)]
     worst = 0.0
     with SimulatedHosts(2) as hosts:
         for stage, one_group, two_group in cases:

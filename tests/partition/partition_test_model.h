@@ -56,7 +56,7 @@ struct TrainOptions {
   bool read_back = true;                     // fetch every unit after the last step to read results
   zrt_comm_stats_t* stats = nullptr;         // if set: counters of the training steps only
   zrt_partition_memory_t* memory = nullptr;  // if set: filled after finalize
-  int shard_group_size = 0;                  // hybrid sharding (0: the ranks of one host)
+  int shard_group_size = 0;                  // hybrid sharding (0: flat)
   // If set: zrt_partition_traffic over the training steps (the counters stats covers).
   zrt_partition_traffic_t* traffic = nullptr;
   bool offload_optimizer = false;

@@ -171,7 +171,7 @@ void memory_body(int rank, int size) {
     o.shard_group_size = g;
     o.memory = &hybrid;
     train_zrt(comm, shape, o);
-    o.shard_group_size = 0;  // one host: all of `half`
+    o.shard_group_size = 0;  // flat: all of `half`
     o.memory = &flat;
     train_zrt(half, shape, o);
     EXPECT_EQ(hybrid.full_params, flat.full_params);
