@@ -14,6 +14,7 @@
 
 #include "lib/engine/engine.h"
 #include "lib/engine/peer_verdicts.h"
+#include "lib/engine/phase_clock.h"
 #include "lib/engine/stream_resources.h"
 #include "lib/engine/trace_dump.h"
 
@@ -100,6 +101,8 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   Status error() const override;
   CommCounters& counters() override { return counters_; }
   FlightRecorder& recorder() override { return recorder_; }
+  // bench_breakdown turns it on (phase_clock.h); the engine only adds to it.
+  PhaseClock& phase_clock() { return phase_clock_; }
   Status dump_trace(const std::string& dir, const std::string& reason, std::string* path) override;
   void dump_on_signal(const std::string& reason) override;
   Transport& transport() override { return transport_; }
@@ -124,6 +127,9 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   void finish_task(StreamImpl& stream);     // progress thread
   Status start_task(StreamImpl& stream);    // progress thread
   Status prepare_next(StreamImpl& stream);  // progress thread
+  // Whether a communicating task has started and not finished: then the thread polls a while
+  // before it sleeps (EngineOptions::busy_poll_us).
+  static bool collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
@@ -139,6 +145,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   const EngineOptions options_;
   CommCounters counters_;
   FlightRecorder recorder_;
+  PhaseClock phase_clock_;
   const int instance_;  // creation number in this process, names the trace file
   bool trace_registered_ = false;
   std::atomic<bool> failure_dumped_{false};
@@ -165,6 +172,9 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   bool verdict_pending_ = false;
   PeerVerdicts::Verdict verdict_;
   std::chrono::steady_clock::time_point verdict_time_;
+  // When the last communicating task finished (progress thread): the bounded poll goes on
+  // that long after it too.
+  std::chrono::steady_clock::time_point last_collective_end_;
   bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
   std::thread thread_;
 };
