@@ -29,6 +29,9 @@ inline constexpr int kStreamIndexBits = 10;
 inline constexpr int kSequenceBits = 16;
 static_assert(kOrderCheckTagBit == uint64_t{1} << (kTaskTagBits + kSequenceBits));
 inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
+// The largest collective (nccl-tests' size) that the bounded poll serves
+// (EngineOptions::busy_poll_us): the small and medium messages.
+inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
 
 class StreamImpl final : public Stream {
@@ -62,6 +65,9 @@ class StreamImpl final : public Stream {
   uint32_t sequence_ = 0;  // the running task's collective number on this stream
   std::chrono::steady_clock::time_point start_time_;
   std::chrono::steady_clock::time_point last_advance_;
+  // The running task is one the bounded poll serves (EngineImpl::polls_for); written by the
+  // progress thread, read by waiters too.
+  std::atomic<bool> running_small_{false};
   StreamResources resources_;
 
  private:
@@ -130,6 +136,12 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // Whether a communicating task has started and not finished: then the thread polls a while
   // before it sleeps (EngineOptions::busy_poll_us).
   static bool collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  // The same, among the collectives of at most kBusyPollMaxBytes, the only ones the bounded
+  // poll serves: a large collective's notifications come a chunk's copy apart, each wake-up is
+  // small beside it, and a thread polling through all of it would only take the core from the
+  // framework's threads (and, on a loaded host, its fair share from its own later turns).
+  static bool small_collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  bool polls_for(const Task& task) const;
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread

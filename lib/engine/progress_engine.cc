@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "lib/core/settings.h"
 #include "lib/engine/engine_impl.h"
@@ -223,7 +224,7 @@ Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_
   if (stream == nullptr) return Status::ok();
   // The waiter's side of the bounded poll: a small collective ends within microseconds, and a
   // condition-variable sleep would add the waiter's own wake-up to it. It yields between looks,
-  // and only while the stream has a collective that the engine is running.
+  // and only while the stream's last task is a small collective that the engine is running.
   const auto poll_until =
       std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
   std::unique_lock<std::mutex> lock(mu_);
@@ -231,6 +232,7 @@ Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_
     Status status = point_status_locked(*stream, ticket);
     if (status.code() != ZRT_IN_PROGRESS) return status;
     if (options_.busy_poll_us > 0 && stream->queue_.empty() &&
+        stream->running_small_.load(std::memory_order_relaxed) &&
         std::chrono::steady_clock::now() < poll_until) {
       lock.unlock();
       sched_yield();
@@ -309,6 +311,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
     }
   }
   stream.start_time_ = std::chrono::steady_clock::now();
+  stream.running_small_ = task.communicates() && polls_for(task);
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
@@ -352,7 +355,7 @@ void EngineImpl::finish_task(StreamImpl& stream) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
   recorder_.finished(task.trace_ticket, true);
-  if (task.communicates()) last_collective_end_ = now;
+  if (task.communicates() && stream.running_small_) last_collective_end_ = now;
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
   stream.started_ = false;
@@ -456,6 +459,28 @@ bool EngineImpl::collective_in_flight(const std::vector<std::shared_ptr<StreamIm
     }
   }
   return false;
+}
+
+bool EngineImpl::small_collective_in_flight(
+    const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+  for (const auto& stream : streams) {
+    if (stream->running_ != nullptr && stream->started_ && stream->running_->communicates() &&
+        stream->running_small_) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool EngineImpl::polls_for(const Task& task) const {
+  const TraceCall call = task.trace_call();
+  const size_t element = call.dtype >= 0 ? dtype_size(static_cast<zrt_dtype_t>(call.dtype)) : 1;
+  uint64_t bytes = call.count * std::max<size_t>(element, 1);
+  // The sizes of nccl-tests and the issue: the reduce-scatter input, the all-gather output.
+  if (call.kind == ZRT_COLL_REDUCE_SCATTER || call.kind == ZRT_COLL_ALL_GATHER) {
+    bytes *= static_cast<uint64_t>(options_.size);
+  }
+  return bytes <= kBusyPollMaxBytes;
 }
 
 bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {
@@ -674,7 +699,7 @@ void EngineImpl::run() {
     // (a layer's gathers, the step's votes), and the next one's enqueue then needs no wake-up.
     if (busy_poll.count() > 0) {
       const auto now = std::chrono::steady_clock::now();
-      const bool in_flight = collective_in_flight(active);
+      const bool in_flight = small_collective_in_flight(active);
       if (in_flight && !polling) {
         polling = true;
         poll_since = now;
