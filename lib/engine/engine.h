@@ -56,6 +56,11 @@ class Event {
   virtual ProgressEngine& engine() = 0;
 };
 
+// EngineOptions::busy_poll_us's default: covers a notification round trip through UCX's shared
+// memory (a few microseconds) with room for a loaded host's scheduling delays.
+inline constexpr int64_t kBusyPollMicros = 50;
+inline constexpr int64_t kMaxBusyPollMicros = 1000000;
+
 struct EngineOptions {
   int rank = 0;
   int size = 1;
@@ -91,6 +96,12 @@ struct EngineOptions {
   // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
   // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
   int two_level_hosts = 0;
+  // While a communicating task is in flight and a turn of the progress thread found nothing to
+  // do, it keeps polling the transport (yielding its core each turn) for up to this long before
+  // it sleeps, so that a peer's notification arriving meanwhile does not pay a wake-up (tens
+  // of microseconds on a loaded host, the whole of a small collective). Idle, it sleeps at once.
+  // 0: always sleep at once; at most kMaxBusyPollMicros (else engine creation fails).
+  int64_t busy_poll_us = kBusyPollMicros;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of

@@ -14,6 +14,7 @@
 
 #include "lib/engine/engine.h"
 #include "lib/engine/peer_verdicts.h"
+#include "lib/engine/phase_clock.h"
 #include "lib/engine/stream_resources.h"
 #include "lib/engine/trace_dump.h"
 
@@ -28,6 +29,9 @@ inline constexpr int kStreamIndexBits = 10;
 inline constexpr int kSequenceBits = 16;
 static_assert(kOrderCheckTagBit == uint64_t{1} << (kTaskTagBits + kSequenceBits));
 inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
+// The largest collective (nccl-tests' size) that the bounded poll serves
+// (EngineOptions::busy_poll_us): the small and medium messages.
+inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
 
 class StreamImpl final : public Stream {
@@ -61,6 +65,9 @@ class StreamImpl final : public Stream {
   uint32_t sequence_ = 0;  // the running task's collective number on this stream
   std::chrono::steady_clock::time_point start_time_;
   std::chrono::steady_clock::time_point last_advance_;
+  // The running task is one the bounded poll serves (EngineImpl::polls_for); written by the
+  // progress thread, read by waiters too.
+  std::atomic<bool> running_small_{false};
   StreamResources resources_;
 
  private:
@@ -100,6 +107,8 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   Status error() const override;
   CommCounters& counters() override { return counters_; }
   FlightRecorder& recorder() override { return recorder_; }
+  // bench_breakdown turns it on (phase_clock.h); the engine only adds to it.
+  PhaseClock& phase_clock() { return phase_clock_; }
   Status dump_trace(const std::string& dir, const std::string& reason, std::string* path) override;
   void dump_on_signal(const std::string& reason) override;
   Transport& transport() override { return transport_; }
@@ -124,6 +133,15 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   void finish_task(StreamImpl& stream);     // progress thread
   Status start_task(StreamImpl& stream);    // progress thread
   Status prepare_next(StreamImpl& stream);  // progress thread
+  // Whether a communicating task has started and not finished: then the thread polls a while
+  // before it sleeps (EngineOptions::busy_poll_us).
+  static bool collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  // The same, among the collectives of at most kBusyPollMaxBytes, the only ones the bounded
+  // poll serves: a large collective's notifications come a chunk's copy apart, each wake-up is
+  // small beside it, and a thread polling through all of it would only take the core from the
+  // framework's threads (and, on a loaded host, its fair share from its own later turns).
+  static bool small_collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  bool polls_for(const Task& task) const;
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
@@ -139,6 +157,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   const EngineOptions options_;
   CommCounters counters_;
   FlightRecorder recorder_;
+  PhaseClock phase_clock_;
   const int instance_;  // creation number in this process, names the trace file
   bool trace_registered_ = false;
   std::atomic<bool> failure_dumped_{false};
@@ -165,6 +184,9 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   bool verdict_pending_ = false;
   PeerVerdicts::Verdict verdict_;
   std::chrono::steady_clock::time_point verdict_time_;
+  // When the last communicating task finished (progress thread): the bounded poll goes on
+  // that long after it too.
+  std::chrono::steady_clock::time_point last_collective_end_;
   bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
   std::thread thread_;
 };

@@ -6,14 +6,15 @@
 // different streams overlap while each stream stays in order, and (4) when nothing moved (no
 // transport completion, no task progress marker changed, nothing started or finished), checks
 // the no-progress timeouts, arms the transport and sleeps in poll() on the transport's event fd
-// and the engine's wake eventfd. Submitters ring the eventfd after queuing, so a submission
-// racing with the sleep is never lost. While it keeps finding work, the thread yields its core
-// every kYieldInterval: the framework's threads share the cores with it, and Linux's EEVDF lets
-// a busy thread run out its slice (0.75 ms or more) before a thread waking from a wait gets the
-// core, so a training thread returning from a kernel wait would otherwise lose up to a slice
-// each time (bench_overlap: 0.02-0.04 of step / max(compute, comm) on 2 cores). Host threads
-// waiting for a point of a stream block on a condition variable that the thread notifies
-// whenever a task finishes or a stream fails.
+// and the engine's wake eventfd; while a collective is in flight it first polls for up to
+// EngineOptions::busy_poll_us, yielding each turn (the bounded poll, see run()). Submitters ring
+// the eventfd after queuing, so a submission racing with the sleep is never lost. While it keeps
+// finding work, the thread yields its core every kYieldInterval: the framework's threads share the
+// cores with it, and Linux's EEVDF lets a busy thread run out its slice (0.75 ms or more) before a
+// thread waking from a wait gets the core, so a training thread returning from a kernel wait would
+// otherwise lose up to a slice each time (bench_overlap: 0.02-0.04 of step / max(compute, comm) on
+// 2 cores). Host threads waiting for a point of a stream block on a condition variable that the
+// thread notifies whenever a task finishes or a stream fails.
 //
 // Failures: a local task (host function, event wait) that fails fails only its stream. A
 // communicating task that fails, times out, or a transport health() error fails the engine:
@@ -32,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "lib/core/dtype.h"
 #include "lib/core/log.h"
 #include "lib/core/settings.h"
 #include "lib/engine/engine_impl.h"
@@ -99,6 +101,10 @@ Status EngineImpl::init() {
   if (options_.size < 1 || options_.rank < 0 || options_.rank >= options_.size) {
     return Status::invalid_argument("engine: rank {} is out of range for size {}", options_.rank,
                                     options_.size);
+  }
+  if (options_.busy_poll_us < 0 || options_.busy_poll_us > kMaxBusyPollMicros) {
+    return Status::invalid_argument("engine: busy_poll_us must be 0 to {} (got {})",
+                                    kMaxBusyPollMicros, options_.busy_poll_us);
   }
   if (options_.timeout_ms <= 0) {
     return Status::invalid_argument("engine: timeout_ms must be positive (got {})",
@@ -216,10 +222,23 @@ Status EngineImpl::point_status_locked(const StreamImpl& stream, uint64_t ticket
 
 Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_t ticket) {
   if (stream == nullptr) return Status::ok();
+  // The waiter's side of the bounded poll: a small collective ends within microseconds, and a
+  // condition-variable sleep would add the waiter's own wake-up to it. It yields between looks,
+  // and only while the stream's last task is a small collective that the engine is running.
+  const auto poll_until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_poll_us);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     Status status = point_status_locked(*stream, ticket);
     if (status.code() != ZRT_IN_PROGRESS) return status;
+    if (options_.busy_poll_us > 0 && stream->queue_.empty() &&
+        stream->running_small_.load(std::memory_order_relaxed) &&
+        std::chrono::steady_clock::now() < poll_until) {
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+      continue;
+    }
     // Bounded sleeps: progress is guaranteed by the tasks' own no-progress timeouts; the bound
     // only keeps a lost notification from stalling a waiter for long.
     done_cv_.wait_for(lock, std::chrono::milliseconds(200));
@@ -292,6 +311,7 @@ Status EngineImpl::start_task(StreamImpl& stream) {
     }
   }
   stream.start_time_ = std::chrono::steady_clock::now();
+  stream.running_small_ = task.communicates() && polls_for(task);
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
@@ -335,6 +355,7 @@ void EngineImpl::finish_task(StreamImpl& stream) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
   recorder_.finished(task.trace_ticket, true);
+  if (task.communicates() && stream.running_small_) last_collective_end_ = now;
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
   stream.running_.reset();
   stream.started_ = false;
@@ -431,6 +452,37 @@ namespace {
 constexpr std::chrono::microseconds kYieldInterval{100};
 }  // namespace
 
+bool EngineImpl::collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+  for (const auto& stream : streams) {
+    if (stream->running_ != nullptr && stream->started_ && stream->running_->communicates()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool EngineImpl::small_collective_in_flight(
+    const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+  for (const auto& stream : streams) {
+    if (stream->running_ != nullptr && stream->started_ && stream->running_->communicates() &&
+        stream->running_small_) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool EngineImpl::polls_for(const Task& task) const {
+  const TraceCall call = task.trace_call();
+  const size_t element = call.dtype >= 0 ? dtype_size(static_cast<zrt_dtype_t>(call.dtype)) : 1;
+  uint64_t bytes = call.count * std::max<size_t>(element, 1);
+  // The sizes of nccl-tests and the issue: the reduce-scatter input, the all-gather output.
+  if (call.kind == ZRT_COLL_REDUCE_SCATTER || call.kind == ZRT_COLL_ALL_GATHER) {
+    bytes *= static_cast<uint64_t>(options_.size);
+  }
+  return bytes <= kBusyPollMaxBytes;
+}
+
 bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {
   if (std::chrono::steady_clock::now() - verdict_time_ >=
       std::chrono::milliseconds(PeerVerdicts::kHoldMs)) {
@@ -460,6 +512,9 @@ void EngineImpl::run() {
     if (!posted.is_ok()) fail_engine(posted);
   }
   auto last_yield = std::chrono::steady_clock::now();
+  const auto busy_poll = std::chrono::microseconds(options_.busy_poll_us);
+  bool polling = false;  // in the bounded poll, since poll_since
+  std::chrono::steady_clock::time_point poll_since;
   std::vector<std::shared_ptr<StreamImpl>> active;
   std::vector<std::shared_ptr<StreamImpl>> retired;
   uint64_t seen_version = std::numeric_limits<uint64_t>::max();
@@ -519,9 +574,22 @@ void EngineImpl::run() {
     retired.clear();
     if (exit_now) break;
 
+    const bool timing = phase_clock_.on();
+    auto mark = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    // Adds the time since `mark` to `part` and moves the mark; only when the clock is on.
+    auto clock_part = [&](PhaseClock::Part part) {
+      if (!timing) return;
+      const auto now = std::chrono::steady_clock::now();
+      phase_clock_.add(
+          part, static_cast<uint64_t>(
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count()));
+      mark = now;
+    };
+
     // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
     // events pending, and only progress() drains them.
     if (transport_.progress() > 0) advanced = true;
+    clock_part(PhaseClock::Part::kTransport);
 
     for (const auto& stream : active) {
       if (stream->running_ == nullptr) continue;
@@ -535,6 +603,13 @@ void EngineImpl::run() {
       if (status.is_ok()) {
         TaskContext context = context_for(*stream, stream->tag_base_, stream->sequence_);
         status = task.progress(context, &done);
+      }
+      if (timing) {
+        if (task.communicates()) {
+          clock_part(PhaseClock::Part::kTask);
+        } else {
+          mark = std::chrono::steady_clock::now();
+        }
       }
       if (!status.is_ok()) {
         Status failure =
@@ -608,6 +683,7 @@ void EngineImpl::run() {
       }
     }
     if (advanced) {
+      polling = false;
       const auto now = std::chrono::steady_clock::now();
       if (now - last_yield >= kYieldInterval) {
         sched_yield();
@@ -615,6 +691,30 @@ void EngineImpl::run() {
       }
       continue;
     }
+    // The bounded poll: a collective in flight waits on its peers' next notification, which
+    // usually comes within microseconds; a sleep would add a wake-up to each. Yielding every
+    // turn gives the core to any other runnable thread (more ranks than cores still run), and
+    // past the bound the thread sleeps as before, so an idle or stalled rank costs nothing.
+    // Just after a collective ended it polls as long too: small collectives come back to back
+    // (a layer's gathers, the step's votes), and the next one's enqueue then needs no wake-up.
+    if (busy_poll.count() > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      const bool in_flight = small_collective_in_flight(active);
+      if (in_flight && !polling) {
+        polling = true;
+        poll_since = now;
+      }
+      if ((in_flight && now - poll_since < busy_poll) || now - last_collective_end_ < busy_poll) {
+        sched_yield();
+        if (in_flight) {
+          clock_part(PhaseClock::Part::kPoll);
+        } else if (timing) {
+          mark = std::chrono::steady_clock::now();
+        }
+        continue;
+      }
+    }
+    polling = false;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
     for (const auto& stream : active) {
@@ -625,7 +725,10 @@ void EngineImpl::run() {
     if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
     if (!transport_.arm()) continue;
     pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const bool timed_sleep = timing && collective_in_flight(active);
+    if (timed_sleep) mark = std::chrono::steady_clock::now();
     const int ready = ::poll(fds, 2, sleep_ms);
+    if (timed_sleep) clock_part(PhaseClock::Part::kSleep);
     if (ready < 0 && errno != EINTR) {
       fail_engine(Status::system_error("progress thread: poll", errno));
       continue;

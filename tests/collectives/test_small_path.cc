@@ -1,0 +1,127 @@
+// The progress thread's bounded poll (EngineOptions::busy_poll_us, docs/ARCHITECTURE.md#progress-
+// engine) keeps the core only while a collective moves: a rank idle between calls, and a rank
+// blocked in a collective whose peer has not come yet, each use under 1% of a core (getrusage
+// over a sleep, not a timing of a collective); and more ranks than this host has cores still
+// finish small collectives exactly.
+#include <sys/resource.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "tests/collectives/rig.h"
+#include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
+
+namespace zrt::testing {
+namespace {
+
+// CPU seconds (user + system) of every thread of this process so far.
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+CollectiveArgs all_reduce(const int32_t* send, int32_t* recv, size_t count) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_REDUCE;
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = ZRT_I32;
+  args.op = ZRT_SUM;
+  return args;
+}
+
+constexpr auto kIdle = std::chrono::milliseconds(1500);
+constexpr double kMaxCoreShare = 0.01;
+
+TEST(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "idle_cpu"));
+    std::vector<int32_t> in(1024, rank + 1), out(1024);
+    for (int i = 0; i < 50; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
+    ASSERT_EQ(out[0], 3);
+    const double before = process_cpu_seconds();
+    std::this_thread::sleep_for(kIdle);
+    const double used = process_cpu_seconds() - before;
+    EXPECT_LT(used, kMaxCoreShare * std::chrono::duration<double>(kIdle).count())
+        << "rank " << rank << " used " << used << " s of CPU while idle";
+    ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));  // the peer is still there
+  });
+}
+
+TEST(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "wait_cpu"));
+    std::vector<int32_t> in(1024, rank + 1), out(1024);
+    for (int i = 0; i < 10; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
+    // Rank 1 comes late; rank 0 waits inside the collective meanwhile.
+    if (rank == 1) std::this_thread::sleep_for(kIdle);
+    const double before = process_cpu_seconds();
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double used = process_cpu_seconds() - before;
+    EXPECT_EQ(out[1023], 3);
+    if (rank == 0) {
+      ASSERT_GT(waited, 0.5) << "rank 0 did not wait for its late peer";
+      EXPECT_LT(used, kMaxCoreShare * waited)
+          << "rank 0 used " << used << " s of CPU in a " << waited << " s wait";
+    }
+  });
+}
+
+// 8 ranks on this host's cores (2 on the development host): the bounded poll yields each turn
+// and sleeps past its bound, so every rank gets the core it needs and results stay exact.
+TEST(SmallPath, MoreRanksThanCoresFinishSmallCollectivesExactly) {
+  expect_ranks_pass(8, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "oversubscribed", 60000));
+    const size_t count = 1000;  // per rank for the gather and the scatter
+    std::vector<int32_t> in(count * size), out(count * size);
+    for (int iteration = 0; iteration < 30; ++iteration) {
+      for (size_t i = 0; i < in.size(); ++i) {
+        in[i] = static_cast<int32_t>((i * 5 + rank * 3 + iteration) % 97);
+      }
+      ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), count)));
+      for (size_t i = 0; i < count; ++i) {
+        int32_t expected = 0;
+        for (int r = 0; r < size; ++r)
+          expected += static_cast<int32_t>((i * 5 + r * 3 + iteration) % 97);
+        ASSERT_EQ(out[i], expected) << "all_reduce, iteration " << iteration << " element " << i;
+      }
+      CollectiveArgs gather = all_reduce(in.data(), out.data(), count);
+      gather.kind = ZRT_COLL_ALL_GATHER;
+      ASSERT_OK(rig.run(gather));
+      for (int r = 0; r < size; ++r) {
+        for (size_t i = 0; i < count; i += 97) {
+          ASSERT_EQ(out[r * count + i], static_cast<int32_t>((i * 5 + r * 3 + iteration) % 97))
+              << "all_gather, iteration " << iteration << " block " << r;
+        }
+      }
+      CollectiveArgs scatter = all_reduce(in.data(), out.data(), count);
+      scatter.kind = ZRT_COLL_REDUCE_SCATTER;
+      ASSERT_OK(rig.run(scatter));
+      for (size_t i = 0; i < count; ++i) {
+        const size_t global = rank * count + i;
+        int32_t expected = 0;
+        for (int r = 0; r < size; ++r)
+          expected += static_cast<int32_t>((global * 5 + r * 3 + iteration) % 97);
+        ASSERT_EQ(out[i], expected)
+            << "reduce_scatter, iteration " << iteration << " element " << i;
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace zrt::testing
