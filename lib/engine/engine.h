@@ -24,6 +24,7 @@ namespace zrt {
 class Transport;
 class ProgressEngine;
 class Event;
+class AlgorithmTable;  // collectives/algorithm.h; the engine only carries it to the collectives
 
 class Stream {
  public:
@@ -87,6 +88,9 @@ struct EngineOptions {
   // The all-reduce algorithm (collectives/algorithm.h); unset = ZRT_ALGO, which
   // create_progress_engine reads once, so a bad value fails the engine's creation, not a call.
   std::optional<AllReduceAlgorithm> all_reduce_algorithm;
+  // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
+  // table alone). Shared and immutable: split communicators may hold the same one.
+  std::shared_ptr<const AlgorithmTable> algorithm_table;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of
