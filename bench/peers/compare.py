@@ -132,6 +132,22 @@ def main():
                               f"**{mpi[best] / zrt_us:.2f}x**"]
                 print(f"| {op} | {n} | {format_size(size)} | " + " | ".join(cells) + " |")
     print()
+    print("# the same ratios as a matrix: out of place / in place")
+    columns = [(op, n) for op in OPS for n in ranks]
+    print("| size | " + " | ".join(f"{op} N={n}" for op, n in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for size in sorted({size for (o, size) in samples[("zrt", ranks[0])]}):
+        cells = []
+        for op, n in columns:
+            key = (op, size)
+            if key not in samples[("zrt", n)]:
+                cells.append("-")
+                continue
+            ratios = [min(median(c, n, key, p) for c in CONFIGS[1:]) / median("zrt", n, key, p)
+                      for p in (0, 1)]
+            cells.append(f"{ratios[0]:.2f} / {ratios[1]:.2f}")
+        print(f"| {format_size(size)} | " + " | ".join(cells) + " |")
+    print()
     print("# 8-byte all-reduce latency, us (median of rounds); ratio = best MPI / zrt "
           "(> 1: zrt faster)")
     print("| N | zrt | MPI defaults | MPI heap | ratio |")
