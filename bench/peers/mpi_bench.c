@@ -147,10 +147,11 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < max_bytes / sizeof(float); ++i) send[i] = recv[i] = (float)(i % 7);
   if (rank == 0) {
-    printf("# mpi_bench  ranks %d  minBytes %llu maxBytes %llu step: %g(factor) warmup iters: %d "
-           "iters: %d validation: 0 blocking: 1 average: 1\n#\n",
-           size, (unsigned long long)o.min_bytes, (unsigned long long)o.max_bytes, o.factor,
-           o.warmup, o.iters);
+    printf(
+        "# mpi_bench  ranks %d  minBytes %llu maxBytes %llu step: %g(factor) warmup iters: %d "
+        "iters: %d validation: 0 blocking: 1 average: 1\n#\n",
+        size, (unsigned long long)o.min_bytes, (unsigned long long)o.max_bytes, o.factor, o.warmup,
+        o.iters);
   }
   for (int c = 0; c < COLL_COUNT; ++c) {
     if (!o.run[c]) continue;
@@ -158,12 +159,13 @@ int main(int argc, char** argv) {
     const uint64_t parts = coll == ALL_REDUCE ? 1 : (uint64_t)size;
     if (rank == 0) {
       printf("# Collective: %s\n", coll_names[c]);
-      printf("#                                                              out-of-place       "
-             "                in-place\n"
-             "#       size         count      type   redop    root     time   algbw   busbw "
-             "#wrong     time   algbw   busbw #wrong\n"
-             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)     "
-             "       (us)  (GB/s)  (GB/s)\n");
+      printf(
+          "#                                                              out-of-place       "
+          "                in-place\n"
+          "#       size         count      type   redop    root     time   algbw   busbw "
+          "#wrong     time   algbw   busbw #wrong\n"
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)     "
+          "       (us)  (GB/s)  (GB/s)\n");
     }
     uint64_t previous = 0;
     for (double requested = (double)o.min_bytes; requested <= (double)o.max_bytes * 1.0000001;
