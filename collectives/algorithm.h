@@ -1,20 +1,97 @@
-// Which all-reduce algorithm runs: chosen by size and rank count, or forced by ZRT_ALGO
-// (EngineOptions::all_reduce_algorithm, read once when the engine is created).
+// Which algorithm runs a reduce-scatter, all-gather or all-reduce: one table of rows
+// (op, rank range, size range -> algorithm name), the first matching row wins. The built-in
+// table (algorithm.cc) holds the crossovers measured on the development machine; a file in the
+// same format (ZRT_ALGO_TABLE, written for a machine by `zrt-tune --algorithms`) goes in front
+// of it, so a file may cover only some sizes. ZRT_ALGO (EngineOptions::all_reduce_algorithm)
+// overrides both for every op that has the algorithm it names.
+//
+// The file format, one row a line; '#' starts a comment, blank lines are skipped:
+//
+//   # op           ranks  bytes       algorithm
+//   all_reduce     2-64   0-64K       direct
+//   all_reduce     *      *           ring
+//
+//   op         reduce_scatter, all_gather or all_reduce
+//   ranks      N, A-B, A-* or * (any); inclusive
+//   bytes      S, A-B, A-* or *; inclusive; S is a byte count with an optional binary suffix
+//              (K, KiB, M, MiB, G, GiB). The size is zrt-bench's size column: the whole buffer
+//              (count x element size, times N for reduce-scatter and all-gather)
+//   algorithm  a name the op has (algorithms() lists them)
+//
+// A row that does not parse fails the load with the line and what is wrong.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "lib/core/settings.h"
+#include "lib/core/status.h"
 
 namespace zrt {
 
-// AllReduceAlgorithm::kAuto picks direct exchange for small messages (one round, rank-order
-// reduction), ring reduce-scatter + all-gather otherwise.
+enum class TableOp { kReduceScatter, kAllGather, kAllReduce };
+const char* table_op_name(TableOp op);  // "reduce_scatter", "all_gather", "all_reduce"
 
-// "auto", "ring", "direct" or "rd" (recursive doubling), as ZRT_ALGO names them; for log lines.
+// One algorithm an op can run, by the name tables and ZRT_ALGO use. The first listed for an op
+// is its fallback, which must run at every rank count and size.
+struct AlgorithmInfo {
+  TableOp op;
+  const char* name;
+  const char* doc;
+};
+std::span<const AlgorithmInfo> algorithms();
+bool op_has_algorithm(TableOp op, std::string_view name);
+
+inline constexpr int kAnyRanks = 1 << 30;
+inline constexpr uint64_t kAnyBytes = UINT64_MAX;
+
+struct AlgorithmRow {
+  TableOp op = TableOp::kAllReduce;
+  int min_ranks = 1;  // inclusive
+  int max_ranks = kAnyRanks;
+  uint64_t min_bytes = 0;  // inclusive
+  uint64_t max_bytes = kAnyBytes;
+  std::string algorithm;
+  int line = 0;  // in the text it was parsed from
+
+  bool matches(TableOp o, int ranks, uint64_t bytes) const {
+    return o == op && ranks >= min_ranks && ranks <= max_ranks && bytes >= min_bytes &&
+           bytes <= max_bytes;
+  }
+};
+
+class AlgorithmTable {
+ public:
+  // Parses `text`; an error is ZRT_INVALID_ARGUMENT "<source>: line L: <what is wrong>".
+  static Status parse(std::string_view text, std::string_view source, AlgorithmTable* table);
+  // Reads and parses the file at `path` (source: "ZRT_ALGO_TABLE=<path>").
+  static Status load(const std::string& path, AlgorithmTable* table);
+  // The built-in table (kBuiltinTable in algorithm.cc), parsed once.
+  static const AlgorithmTable& builtin();
+
+  // The first matching row's algorithm, or nullptr when none matches.
+  const char* find(TableOp op, int ranks, uint64_t bytes) const;
+  const std::vector<AlgorithmRow>& rows() const { return rows_; }
+  void add(AlgorithmRow row) { rows_.push_back(std::move(row)); }
+
+  // The rows in the file format, aligned; parse(format()) yields the same rows.
+  std::string format() const;
+
+ private:
+  std::vector<AlgorithmRow> rows_;
+};
+
+// The algorithm a collective runs: `forced` (ZRT_ALGO's name; "" or "auto" for none) when the op
+// has it, else the first match in `table` (nullptr: none), else in the built-in table, else the
+// op's fallback. `bytes` as the table measures it (see above).
+const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
+                             int ranks, uint64_t bytes);
+
+// "auto", "ring", "direct" or "rd" (recursive doubling), as ZRT_ALGO names them.
 const char* algorithm_name(AllReduceAlgorithm algorithm);
-
-// Direct exchange below this many bytes per rank (and when N inputs fit the staging memory).
-inline constexpr size_t kDirectAllReduceMaxBytes = size_t{64} << 10;
 
 }  // namespace zrt

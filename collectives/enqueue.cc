@@ -283,22 +283,26 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   const int two_level_hosts = stream.engine().options().two_level_hosts;
   const HostGrid grid{two_level_hosts, two_level_hosts > 1 ? size / two_level_hosts : size};
   const bool two_level = two_level_hosts > 1;
+  const EngineOptions& options = stream.engine().options();
+  const char* forced =
+      algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));
+  const uint64_t table_bytes =
+      args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
+  auto choose = [&](TableOp op) {
+    const char* algorithm =
+        choose_algorithm(forced, options.algorithm_table.get(), op, size, table_bytes);
+    ZRT_LOG_DEBUG("{} of {} bytes on {} ranks: {} algorithm", table_op_name(op), table_bytes, size,
+                  algorithm);
+    return std::string_view(algorithm);
+  };
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
-      AllReduceAlgorithm algorithm =
-          stream.engine().options().all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto);
-      if (algorithm == AllReduceAlgorithm::kAuto) {
-        algorithm = bytes <= kDirectAllReduceMaxBytes && bytes * n <= kStreamScratchBytes
-                        ? AllReduceAlgorithm::kDirect
-                        : AllReduceAlgorithm::kRing;
-      }
-      ZRT_LOG_DEBUG("all_reduce of {} bytes on {} ranks: {} algorithm", bytes, size,
-                    algorithm_name(algorithm));
-      if (algorithm == AllReduceAlgorithm::kDirect) {
+      const std::string_view algorithm = choose(TableOp::kAllReduce);
+      if (algorithm == "direct") {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
-      } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {
+      } else if (algorithm == "rd") {
         task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
-      } else {
+      } else if (algorithm == "ring") {
         BlockLayout layout{args.count / n, args.count % n};
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (two_level) {
@@ -308,18 +312,25 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
                                                               kTwoLevelGatherTags));
         } else if (windows) {
           task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
-          const uint32_t after =
-              WindowPhase::units(layout, size, esize, stream.engine().options().window_slot_bytes);
+          const uint32_t after = WindowPhase::units(layout, size, esize, options.window_slot_bytes);
           task->add_phase(std::make_unique<WindowAllGather>(own, recv, layout, esize, after));
         } else {
           task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
           const uint32_t after = RingReduceScatter::units(layout, size, esize);
           task->add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
         }
+      } else {
+        return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_reduce algorithm '{}'", name,
+                             algorithm);
       }
       break;
     }
-    case ZRT_COLL_REDUCE_SCATTER:
+    case ZRT_COLL_REDUCE_SCATTER: {
+      const std::string_view algorithm = choose(TableOp::kReduceScatter);
+      if (algorithm != "ring") {
+        return Status::error(ZRT_INTERNAL_ERROR, "{}: no reduce_scatter algorithm '{}'", name,
+                             algorithm);
+      }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelReduceScatter>(
             send, recv, BlockLayout{args.count, 0}, spec, grid, 0));
@@ -331,7 +342,13 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
             std::make_unique<RingReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
       }
       break;
-    case ZRT_COLL_ALL_GATHER:
+    }
+    case ZRT_COLL_ALL_GATHER: {
+      const std::string_view algorithm = choose(TableOp::kAllGather);
+      if (algorithm != "ring") {
+        return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_gather algorithm '{}'", name,
+                             algorithm);
+      }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},
                                                             esize, grid, 0));
@@ -343,6 +360,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
             std::make_unique<RingAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
       }
       break;
+    }
     case ZRT_COLL_BROADCAST:
       task->add_phase(std::make_unique<BroadcastChain>(send, recv, bytes, args.root));
       break;

@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages zrt needs to build, test and run its examples. Idempotent:
 # installs only what is missing. Runs apt-get as root (directly, or through sudo).
+#
+#   scripts/install-deps.sh              everything, for the default build (bench option on)
+#   scripts/install-deps.sh --no-bench   without what only the benchmarks need (-Dbench=false)
 set -euo pipefail
+
+bench=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-bench) bench=0 ;;
+    *) echo "install-deps: unknown argument '$arg' (use --no-bench or nothing)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   meson ninja-build pkg-config g++ clang
@@ -18,6 +29,11 @@ packages=(
   patchelf                      # RPATHs of the GPU bundle (tests/gpu/bundle.sh)
   python3-torch python3-pytest  # the python suite (zrt.torch against DDP); use /usr/bin/python3
 )
+if [ "$bench" -eq 1 ]; then
+  packages+=(
+    openmpi-bin libopenmpi-dev  # bench/peers: Open MPI side by side with zrt (mpi_bench, mpirun)
+  )
+fi
 
 missing=()
 for package in "${packages[@]}"; do

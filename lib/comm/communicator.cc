@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "collectives/algorithm.h"
 #include "collectives/internal.h"
 #include "collectives/two_level_grid.h"
 #include "lib/core/log.h"
@@ -82,6 +83,11 @@ Status Communicator::start_engine() {
   engine_options.window_slot_bytes =
       static_cast<size_t>(settings.integer(SettingId::kWindowSlotKib)) << 10;
   engine_options.all_reduce_algorithm = all_reduce_algorithm(settings.text(SettingId::kAlgo));
+  if (const std::string& path = settings.text(SettingId::kAlgoTable); !path.empty()) {
+    auto table = std::make_shared<AlgorithmTable>();
+    ZRT_RETURN_IF_ERROR(AlgorithmTable::load(path, table.get()));
+    engine_options.algorithm_table = std::move(table);
+  }
   engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.

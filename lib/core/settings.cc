@@ -41,6 +41,15 @@ constexpr SettingSpec kSpecs[] = {
      .default_value = "auto",
      .doc = "all-reduce algorithm: auto chooses by size and rank count; the others force one",
      .accepts = "auto|ring|rd|direct"},
+    // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
+    {.id = SettingId::kAlgoTable,
+     .name = "ZRT_ALGO_TABLE",
+     .type = SettingType::kFile,
+     .default_value = "",
+     .doc = "algorithm table for reduce-scatter, all-gather and all-reduce by rank count and size "
+            "(zrt-tune --algorithms writes one); sizes no row covers use the built-in table, and "
+            "ZRT_ALGO overrides both",
+     .default_doc = "unset"},
     {.id = SettingId::kWindows,
      .name = "ZRT_WINDOWS",
      .type = SettingType::kBool,
@@ -188,6 +197,7 @@ Status parse_text(const SettingSpec& spec, const char* text, SettingValue* value
       return refuse(spec, text);
     }
     case SettingType::kPath:
+    case SettingType::kFile:
       value->text = text;
       return Status::ok();
   }
@@ -225,6 +235,8 @@ std::string setting_accepts(const SettingSpec& spec) {
     }
     case SettingType::kPath:
       return "a directory path";
+    case SettingType::kFile:
+      return "a file path";
   }
   return "?";
 }

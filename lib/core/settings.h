@@ -27,6 +27,7 @@ enum class SettingType {
   kSeconds,  // a positive number of seconds (60, 0.5), kept as milliseconds
   kEnum,     // one of the '|'-separated names in accepts; case does not matter
   kPath,     // a directory path, taken as given (unset or empty: none)
+  kFile,     // a file path, taken as given (unset or empty: none); its reader checks the file
 };
 
 // One per table row, in the table's order.
@@ -34,6 +35,7 @@ enum class SettingId {
   kLog,
   kTimeout,
   kAlgo,
+  kAlgoTable,
   kWindows,
   kWindowSlots,
   kWindowSlotKib,

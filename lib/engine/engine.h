@@ -24,6 +24,7 @@ namespace zrt {
 class Transport;
 class ProgressEngine;
 class Event;
+class AlgorithmTable;  // collectives/algorithm.h; the engine only carries it to the collectives
 
 class Stream {
  public:
@@ -102,6 +103,9 @@ struct EngineOptions {
   // of microseconds on a loaded host, the whole of a small collective). Idle, it sleeps at once.
   // 0: always sleep at once; at most kMaxBusyPollMicros (else engine creation fails).
   int64_t busy_poll_us = kBusyPollMicros;
+  // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
+  // table alone). Shared and immutable: split communicators may hold the same one.
+  std::shared_ptr<const AlgorithmTable> algorithm_table;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of

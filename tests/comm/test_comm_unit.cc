@@ -135,7 +135,7 @@ TEST(CommOptions, PrintsSettings) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
   const std::string line =
       "settings: ZRT_LOG=info (environment), ZRT_TIMEOUT=7 (environment), "
-      "ZRT_ALGO=auto (default), ZRT_WINDOWS=1 (default)";
+      "ZRT_ALGO=auto (default), ZRT_ALGO_TABLE= (default), ZRT_WINDOWS=1 (default)";
   const size_t first = err.find(line);
   EXPECT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("settings: ", first + 1), std::string::npos) << "printed twice: " << err;

@@ -138,6 +138,22 @@ int tune(const TuneOptions& options, Runner& runner) {
   return kExitOk;
 }
 
+// --algorithms: measure, print what was measured, write the table.
+int tune_algorithms(const TuneOptions& options) {
+  std::vector<AlgorithmSweep> sweeps;
+  Status status = measure_algorithms(options.algorithm_tune, &sweeps);
+  if (!status.is_ok()) return fail(status, kExitFailed);
+  fmt::print("{}", render_sweeps(sweeps));
+  const std::string table =
+      "# zrt algorithm table, measured by zrt-tune --algorithms (ZRT_ALGO_TABLE loads it)\n" +
+      crossover_table(sweeps).format();
+  fmt::print("#\n{}", table);
+  status = zrt::tools::write_text_file(options.output, table);
+  if (!status.is_ok()) return fail(status, kExitUsage);
+  fmt::print("# wrote {} (use it with ZRT_ALGO_TABLE={})\n", options.output, options.output);
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +164,7 @@ int main(int argc, char** argv) {
     fmt::print("{}", options.help);
     return kExitOk;
   }
+  if (options.algorithms) return tune_algorithms(options);
   if (options.print_profile) {
     fmt::print("{}", profile_to_json(options.profile));
     return kExitOk;

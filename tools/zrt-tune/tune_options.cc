@@ -1,5 +1,9 @@
 #include "tools/zrt-tune/tune_options.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -48,6 +52,11 @@ Status parse_tune_command(int argc, const char* const* argv, TuneOptions* option
       "  zrt-run -n 2 zrt-tune --preset gpt2-tiny --stage 2 --include-bucket 4KiB\n"
       "  zrt-run -n 2 zrt-tune --preset gpt2-tiny --measure zrt.json   (rerun one setting)\n"
       "  zrt-tune --preset gpt2-small --print-profile > gpt2-small.json\n"
+      "  zrt-tune --algorithms --ranks 2,4 -b 4K -e 4M -o zrt-algo.table   (not under zrt-run)\n"
+      "\n"
+      "--algorithms measures the crossovers of the reduce-scatter, all-gather and all-reduce\n"
+      "algorithms on this machine (each candidate run by zrt-bench under zrt-run, interleaved,\n"
+      "--rounds times, medians) and writes the algorithm table (-o) that ZRT_ALGO_TABLE loads.\n"
       "\n"
       "Exit codes: 0 ok, 1 a run failed, 2 bad command line or input file, 3 nothing fits\n"
       "--mem-cap.",
@@ -92,6 +101,22 @@ Status parse_tune_command(int argc, const char* const* argv, TuneOptions* option
   app.add_flag("--print-profile", options->print_profile,
                "print the model profile as JSON and exit (a preset as a starting file)");
 
+  AlgorithmTuneOptions& a = options->algorithm_tune;
+  std::string ranks = "2,4", min_bytes = "4K", max_bytes = "4M";
+  app.add_flag("--algorithms", options->algorithms,
+               "measure the algorithm crossovers and write an algorithm table (no model)");
+  app.add_option("--ranks", ranks, "--algorithms: rank counts to measure (default 2,4)");
+  app.add_option("-b,--min-bytes", min_bytes, "--algorithms: smallest size (default 4K)");
+  app.add_option("-e,--max-bytes", max_bytes, "--algorithms: largest size (default 4M)");
+  app.add_option("-f,--step-factor", a.factor, "--algorithms: size factor (default 2)")
+      ->check(CLI::Range(1.01, 1024.0));
+  app.add_option("--rounds", a.rounds, "--algorithms: interleaved rounds (default 3)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--iters", a.iters, "--algorithms: timed calls per size (default 20)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--zrt-run", a.zrt_run, "--algorithms: zrt-run to use (default: found)");
+  app.add_option("--zrt-bench", a.zrt_bench, "--algorithms: zrt-bench to use (default: found)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -102,6 +127,34 @@ Status parse_tune_command(int argc, const char* const* argv, TuneOptions* option
     return Status::invalid_argument("{} (see --help)", e.what());
   }
 
+  if (options->algorithms) {
+    if (!preset.empty() || !profile.empty() || !options->measure_config.empty()) {
+      return Status::invalid_argument(
+          "--algorithms measures the collectives, not a model: drop --preset, --profile and "
+          "--measure");
+    }
+    if (app.count("-o") == 0) options->output = "zrt-algo.table";
+    if (options->output.empty()) return Status::invalid_argument("-o: empty file name");
+    a.ranks.clear();
+    std::stringstream list(ranks);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long n = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || n < 2 || n > 1024) {
+        return Status::invalid_argument(
+            "--ranks '{}': give rank counts from 2 to 1024, comma-separated (2,4)", ranks);
+      }
+      a.ranks.push_back(static_cast<int>(n));
+    }
+    std::sort(a.ranks.begin(), a.ranks.end());
+    a.ranks.erase(std::unique(a.ranks.begin(), a.ranks.end()), a.ranks.end());
+    ZRT_RETURN_IF_ERROR(tools::parse_size(min_bytes, "-b", &a.min_bytes));
+    ZRT_RETURN_IF_ERROR(tools::parse_size(max_bytes, "-e", &a.max_bytes));
+    if (a.min_bytes == 0 || a.min_bytes > a.max_bytes) {
+      return Status::invalid_argument("-b {} -e {}: give 0 < -b <= -e", min_bytes, max_bytes);
+    }
+    return Status::ok();
+  }
   if (preset.empty() == profile.empty()) {
     return Status::invalid_argument("give exactly one model: --preset NAME ({}) or --profile FILE",
                                     preset_names());

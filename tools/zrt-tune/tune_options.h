@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "tools/zrt-tune/algorithm_tune.h"
 #include "tools/zrt-tune/profile.h"
 #include "tools/zrt-tune/runner.h"
 
@@ -28,6 +29,10 @@ struct TuneOptions {
   std::string report;
   std::string measure_config;  // --measure: time this config file instead of tuning
   bool print_profile = false;
+  // --algorithms: measure the algorithm crossovers and write an algorithm table to `output`
+  // (default zrt-algo.table) instead of tuning a model.
+  bool algorithms = false;
+  AlgorithmTuneOptions algorithm_tune;
   bool show_help = false;
   std::string help;
 };

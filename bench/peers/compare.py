@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""zrt against Open MPI on one host, side by side: reduce-scatter, all-gather and all-reduce at
+N ranks (2 and 4 by default), zrt-bench under zrt-run and mpi_bench (bench/peers/mpi_bench.c)
+under mpirun in two configurations: Open MPI's defaults (ob1 over vader shared memory on one
+host), and its temporaries recycled through the heap (GLIBC_TUNABLES with mmap_max=0 and a huge
+trim threshold, so MPI's large internal buffers are not mapped and unmapped per call).
+
+The runs are interleaved, round after round (zrt, MPI defaults, MPI heap, then the next N, then
+the next round), and every figure is the median over rounds, so a machine that others load
+slows all three alike; the ratios are what count. Printed per op x N x size: zrt's busbw over the
+best MPI configuration's, out of place and in place (> 1: zrt is faster), then the 8-byte
+all-reduce latency of each.
+
+  bench/peers/compare.py --build build            # zrt-run, zrt-bench, mpi_bench from there
+  bench/peers/compare.py --build build --ranks 2 --rounds 5 -b 4K -e 4M
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+OPS = ["reduce_scatter", "all_gather", "all_reduce"]
+HEAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
+CONFIGS = ["zrt", "mpi-default", "mpi-heap"]
+
+
+def parse_table(text):
+    """nccl-tests' table (zrt-bench's and mpi_bench's) -> {(op, size): (oop_us, inplace_us)}."""
+    rows = {}
+    op = None
+    for line in text.splitlines():
+        if line.startswith("# Collective:"):
+            op = line.split(":", 1)[1].strip()
+            continue
+        fields = line.split()
+        if op is None or not fields or line.startswith("#") or not fields[0].isdigit():
+            continue
+        # size count type redop root | time algbw busbw wrong | time algbw busbw wrong
+        rows[(op, int(fields[0]))] = (float(fields[5]), float(fields[9]))
+    return rows
+
+
+def run(argv, env=None, timeout=900):
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    result = subprocess.run(argv, env=full_env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(argv)} exited with {result.returncode}:\n"
+                 f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return result.stdout
+
+
+def command(config, args, n, sweep):
+    if config == "zrt":
+        return [args.zrt_run, "-n", str(n), "--no-prefix", args.zrt_bench, "-c", "0",
+                "--no-progress"] + sweep, {}
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(n)]
+    env = {}
+    if config == "mpi-heap":
+        mpirun += ["-x", "GLIBC_TUNABLES"]
+        env = {"GLIBC_TUNABLES": HEAP}
+    return mpirun + [args.mpi_bench] + sweep, env
+
+
+def busbw_factor(op, n):
+    return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default="build", help="meson build folder (default: build)")
+    parser.add_argument("--zrt-run", help="default: BUILD/tools/zrt-run/zrt-run")
+    parser.add_argument("--zrt-bench", help="default: BUILD/tools/zrt-bench/zrt-bench")
+    parser.add_argument("--mpi-bench", help="default: BUILD/bench/peers/mpi_bench")
+    parser.add_argument("--ranks", default="2,4", help="rank counts, comma-separated (2,4)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3; at least 3)")
+    parser.add_argument("-b", default="4K", help="smallest size (4K)")
+    parser.add_argument("-e", default="4M", help="largest size (4M)")
+    parser.add_argument("-f", default="2", help="size factor (2)")
+    parser.add_argument("-n", default="20", help="timed calls per point (20)")
+    parser.add_argument("-w", default="5", help="warm-up calls per point (5)")
+    parser.add_argument("--latency-iters", default="200", help="calls of the 8-byte all-reduce")
+    args = parser.parse_args()
+    args.zrt_run = args.zrt_run or os.path.join(args.build, "tools/zrt-run/zrt-run")
+    args.zrt_bench = args.zrt_bench or os.path.join(args.build, "tools/zrt-bench/zrt-bench")
+    args.mpi_bench = args.mpi_bench or os.path.join(args.build, "bench/peers/mpi_bench")
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (the figures are medians over rounds)")
+    for path in (args.zrt_run, args.zrt_bench, args.mpi_bench):
+        if not os.access(path, os.X_OK):
+            parser.error(f"{path} is not an executable (build first, or give its path)")
+    ranks = [int(r) for r in args.ranks.split(",")]
+    sweep = ["-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n, "-w", args.w] + OPS
+    latency = ["-b", "8", "-e", "8", "-n", args.latency_iters, "-w", "20", "all_reduce"]
+
+    # samples[(config, n)][(op, size)] = [(oop, inplace), ...] one per round
+    samples = {}
+    lat = {}
+    for r in range(args.rounds):
+        for n in ranks:
+            for config in CONFIGS:
+                print(f"# round {r + 1}/{args.rounds}: {config}, {n} ranks", file=sys.stderr,
+                      flush=True)
+                argv, env = command(config, args, n, sweep)
+                for key, value in parse_table(run(argv, env)).items():
+                    samples.setdefault((config, n), {}).setdefault(key, []).append(value)
+                argv, env = command(config, args, n, latency)
+                for key, value in parse_table(run(argv, env)).items():
+                    lat.setdefault((config, n), []).append(value[0])
+
+    def median(config, n, key, place):
+        return statistics.median(v[place] for v in samples[(config, n)][key])
+
+    print(f"# zrt / best Open MPI configuration, busbw ratio (> 1: zrt faster); medians of "
+          f"{args.rounds} interleaved rounds; MPI busbw in GB/s, best of defaults (d) and "
+          f"heap-recycled (h)")
+    print("| op | N | size | zrt busbw | MPI busbw | out of place | zrt busbw in place | "
+          "MPI in place | in place |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op in OPS:
+        for n in ranks:
+            sizes = sorted(size for (o, size) in samples[("zrt", n)] if o == op)
+            for size in sizes:
+                cells = []
+                for place in (0, 1):
+                    zrt_us = median("zrt", n, (op, size), place)
+                    mpi = {c: median(c, n, (op, size), place) for c in CONFIGS[1:]}
+                    best = min(mpi, key=mpi.get)
+                    bw = lambda us: size / (us * 1e3) * busbw_factor(op, n)
+                    cells += [f"{bw(zrt_us):.2f}", f"{bw(mpi[best]):.2f} ({best[4]})",
+                              f"**{mpi[best] / zrt_us:.2f}x**"]
+                print(f"| {op} | {n} | {format_size(size)} | " + " | ".join(cells) + " |")
+    print()
+    print("# the same ratios as a matrix: out of place / in place")
+    columns = [(op, n) for op in OPS for n in ranks]
+    print("| size | " + " | ".join(f"{op} N={n}" for op, n in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for size in sorted({size for (o, size) in samples[("zrt", ranks[0])]}):
+        cells = []
+        for op, n in columns:
+            key = (op, size)
+            if key not in samples[("zrt", n)]:
+                cells.append("-")
+                continue
+            ratios = [min(median(c, n, key, p) for c in CONFIGS[1:]) / median("zrt", n, key, p)
+                      for p in (0, 1)]
+            cells.append(f"{ratios[0]:.2f} / {ratios[1]:.2f}")
+        print(f"| {format_size(size)} | " + " | ".join(cells) + " |")
+    print()
+    print("# 8-byte all-reduce latency, us (median of rounds); ratio = best MPI / zrt "
+          "(> 1: zrt faster)")
+    print("| N | zrt | MPI defaults | MPI heap | ratio |")
+    print("|---|---|---|---|---|")
+    for n in ranks:
+        z, d, h = (statistics.median(lat[(c, n)]) for c in CONFIGS)
+        print(f"| {n} | {z:.2f} | {d:.2f} | {h:.2f} | **{min(d, h) / z:.2f}x** |")
+
+
+def format_size(size):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+// The algorithm table (collectives/algorithm.h): parsing, lookup (first match, the built-in
+// table behind a file, ZRT_ALGO over both), format() round trips, and every kind of bad file
+// named by its line and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "collectives/algorithm.h"
+#include "tests/harness/status_assert.h"
+
+namespace zrt {
+namespace {
+
+AlgorithmTable parsed(const std::string& text) {
+  AlgorithmTable table;
+  Status status = AlgorithmTable::parse(text, "test", &table);
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  return table;
+}
+
+std::string error_of(const std::string& text) {
+  AlgorithmTable table;
+  Status status = AlgorithmTable::parse(text, "t.table", &table);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT) << text;
+  return status.message();
+}
+
+TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
+  const AlgorithmTable& builtin = AlgorithmTable::builtin();
+  ASSERT_FALSE(builtin.rows().empty());
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 65, 8), "ring");
+  for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
+    for (int ranks : {2, 3, 8, 1000}) {
+      for (uint64_t bytes : {uint64_t{0}, uint64_t{4096}, uint64_t{1} << 40, kAnyBytes}) {
+        const char* name = builtin.find(op, ranks, bytes);
+        ASSERT_NE(name, nullptr) << table_op_name(op) << " " << ranks << " " << bytes;
+        EXPECT_TRUE(op_has_algorithm(op, name));
+      }
+    }
+  }
+}
+
+TEST(AlgorithmTable, EveryOpHasARegisteredFallback) {
+  for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
+    EXPECT_TRUE(op_has_algorithm(op, "ring")) << table_op_name(op);
+  }
+  EXPECT_FALSE(op_has_algorithm(TableOp::kAllGather, "direct"));
+}
+
+TEST(AlgorithmTable, RangesUnitsCommentsAndFirstMatch) {
+  const AlgorithmTable table = parsed(
+      "# a comment line\n"
+      "\n"
+      "all_reduce   2     0-4K      rd     # trailing comment\n"
+      "all_reduce   2-3   4K-1MiB   direct\n"
+      "all_reduce   4-*   16        direct\n"
+      "all_reduce   *     *         ring\r\n"
+      "all_gather   3     2G-*      ring\n");
+  ASSERT_EQ(table.rows().size(), 5u);
+  EXPECT_EQ(table.rows()[0].line, 3);
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 2, 0), "rd");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 2, 4096), "rd");  // first match wins
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 2, 4097), "direct");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 3, 1 << 20), "direct");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 3, (1 << 20) + 1), "ring");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4096, 16), "direct");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4096, 17), "ring");
+  EXPECT_STREQ(table.find(TableOp::kAllGather, 3, uint64_t{2} << 30), "ring");
+  EXPECT_EQ(table.find(TableOp::kAllGather, 3, (uint64_t{2} << 30) - 1), nullptr);
+  EXPECT_EQ(table.find(TableOp::kReduceScatter, 2, 0), nullptr);
+}
+
+TEST(AlgorithmTable, FormatRoundTrips) {
+  const AlgorithmTable table = parsed(
+      "all_reduce 2 0-4K rd\n"
+      "all_reduce 2-3 4097-1M direct\n"
+      "reduce_scatter 4-* 16 ring\n"
+      "all_gather * * ring\n");
+  const std::string text = table.format();
+  const AlgorithmTable again = parsed(text);
+  ASSERT_EQ(again.rows().size(), table.rows().size()) << text;
+  for (size_t i = 0; i < table.rows().size(); ++i) {
+    const AlgorithmRow& a = table.rows()[i];
+    const AlgorithmRow& b = again.rows()[i];
+    EXPECT_EQ(a.op, b.op) << text;
+    EXPECT_EQ(a.min_ranks, b.min_ranks) << text;
+    EXPECT_EQ(a.max_ranks, b.max_ranks) << text;
+    EXPECT_EQ(a.min_bytes, b.min_bytes) << text;
+    EXPECT_EQ(a.max_bytes, b.max_bytes) << text;
+    EXPECT_EQ(a.algorithm, b.algorithm) << text;
+  }
+  EXPECT_NE(text.find("4097-1M"), std::string::npos) << text;
+}
+
+TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
+  const AlgorithmTable table = parsed("all_reduce 2 0-1M rd\n");
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 2, 8), "rd");
+  EXPECT_STREQ(choose_algorithm("auto", &table, TableOp::kAllReduce, 2, 8), "rd");
+  // Not covered by the file: the built-in table.
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 3, 8), "direct");
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 2, 2 << 20), "ring");
+  EXPECT_STREQ(choose_algorithm("", nullptr, TableOp::kAllReduce, 2, 8), "direct");
+  // ZRT_ALGO wins for the ops that have its algorithm, and leaves the others to the tables.
+  EXPECT_STREQ(choose_algorithm("ring", &table, TableOp::kAllReduce, 2, 8), "ring");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllReduce, 2, 2 << 20), "direct");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "ring");
+  EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8), "ring");
+}
+
+TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"all_reduce * *\n", "line 1: 3 field(s), expected 4: op ranks bytes algorithm"},
+      {"# ok\nall_reduce * * ring extra\n", "line 2: 5 field(s)"},
+      {"allreduce * * ring\n", "line 1: op 'allreduce' is not reduce_scatter, all_gather or"},
+      {"all_reduce 4-2 * ring\n", "line 1: ranks '4-2' is not"},
+      {"all_reduce 0 * ring\n", "ranks '0' is not"},
+      {"all_reduce two * ring\n", "ranks 'two' is not"},
+      {"all_reduce 99999999999 * ring\n", "ranks '99999999999'"},
+      {"all_reduce * 1M-4K ring\n", "line 1: bytes '1M-4K' is not"},
+      {"all_reduce * 4X ring\n", "bytes '4X' is not"},
+      {"all_reduce * -4K ring\n", "bytes '-4K' is not"},
+      {"all_reduce * 99999999999999999999G ring\n", "bytes '99999999999999999999G'"},
+      {"all_reduce * 17179869184G ring\n", "bytes '17179869184G'"},
+      {"\n\nall_gather * * direct\n",
+       "t.table: line 3: all_gather has no algorithm 'direct' "
+       "(it has: ring)"},
+      {"all_reduce * * tree\n", "all_reduce has no algorithm 'tree' (it has: ring, direct, rd)"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = error_of(c.text);
+    EXPECT_NE(message.find(c.needle), std::string::npos)
+        << "'" << message << "' lacks '" << c.needle << "'";
+  }
+}
+
+TEST(AlgorithmTable, LoadNamesTheVariableAndThePath) {
+  AlgorithmTable table;
+  Status status = AlgorithmTable::load("/nonexistent/zrt.table", &table);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(status.message().find("ZRT_ALGO_TABLE=/nonexistent/zrt.table: cannot open"),
+            std::string::npos)
+      << status.message();
+
+  const std::string path = ::testing::TempDir() + "zrt_algorithm_table_test.table";
+  {
+    std::ofstream file(path);
+    file << "all_reduce 2 * rd\nall_reduce 3 * rd x\n";
+  }
+  status = AlgorithmTable::load(path, &table);
+  EXPECT_NE(status.message().find("ZRT_ALGO_TABLE=" + path + ": line 2: 5 field(s)"),
+            std::string::npos)
+      << status.message();
+  {
+    std::ofstream file(path);
+    file << "all_reduce 2 * rd\n";
+  }
+  ASSERT_OK(AlgorithmTable::load(path, &table));
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 2, 123), "rd");
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace zrt
