@@ -209,6 +209,7 @@ class UcxTransport final : public Transport {
   UcxOp* begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv,
                   TransportCompletion* completion);
   void fail_failed_peers_receives();
+  bool has_attached_ops() const;  // an outstanding operation still has a completion to write
   bool farewell();
   void close_endpoints();
   std::string capture_description();
@@ -529,6 +530,13 @@ bool UcxTransport::arm() {
   return true;
 }
 
+bool UcxTransport::has_attached_ops() const {
+  for (const UcxOp* op : outstanding_.snapshot()) {
+    if (op->completion != nullptr) return true;
+  }
+  return false;
+}
+
 void UcxTransport::cancel_all(const Status& reason) {
   cancelled_ = true;
   const std::vector<UcxOp*> ops = outstanding_.snapshot();
@@ -544,9 +552,12 @@ void UcxTransport::cancel_all(const Status& reason) {
   }
   // Sends cannot always be cancelled (UCX may be inside a protocol with the peer): give them a
   // bounded moment to end, then detach them so that every completion is written on return.
+  // Operations detached by an earlier cancel have no completion left to write: waiting for them
+  // again (the destructor's cancel after the engine's) cost every survivor of a link going down
+  // another second in zrt_comm_destroy, for sends to a host that cannot answer.
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(std::min<int64_t>(timeout_ms_, 1000));
-  while (!outstanding_.empty() && Clock::now() < deadline) {
+  while (has_attached_ops() && Clock::now() < deadline) {
     if (ucp_worker_progress(worker_->worker()) == 0) {
       // Nothing moved: don't burn the core another rank may need.
       std::this_thread::sleep_for(std::chrono::microseconds(100));
