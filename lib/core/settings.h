@@ -46,7 +46,7 @@ enum class SettingId {
   kTraceDir,
   kHierarchy,
 };
-inline constexpr size_t kSettingCount = 12;
+inline constexpr size_t kSettingCount = 13;
 
 struct SettingSpec {
   SettingId id;
