@@ -492,11 +492,12 @@ typedef struct zrt_partition_config {
                                    the world's N, shard among themselves (ranks [kG, kG+G)), the
                                    N/G groups hold replicas; 0 or N = flat;
                                    ZRT_SHARD_GROUP_HOST = the ranks of one host when every host
-                                   has the same count dividing N, else flat. Stage 0: 0 only. With G < N, zrt_partition_finalize splits comm
-                                   (collective), gradients are reduce-scattered in the group and
-                                   their shard all-reduced across groups when the step (or
-                                   grad_norm) waits for them; memory is the stage's with N -> G;
-                                   mem_kind ZRT_MEM_HOST, no offload_optimizer, no checkpoints */
+                                   has the same count dividing N, else flat. Stage 0: 0 only.
+                                   With G < N, zrt_partition_finalize splits comm (collective),
+                                   gradients are reduce-scattered in the group and their shard
+                                   all-reduced across groups when the step (or grad_norm) waits
+                                   for them; memory is the stage's with N -> G; mem_kind
+                                   ZRT_MEM_HOST, no offload_optimizer, no checkpoints */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -575,8 +576,8 @@ ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit
  * and replica communicators. Parameters start at zero (zrt_partition_load_param sets them).
  * Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or more than
  * 2^22 buckets: raise bucket_bytes; shard_group_size not dividing N, or with offload_optimizer),
- * ZRT_UNSUPPORTED (hybrid sharding with ZRT_MEM_CUDA), ZRT_INVALID_USAGE (called twice, no parameter,
- * ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
+ * ZRT_UNSUPPORTED (hybrid sharding with ZRT_MEM_CUDA), ZRT_INVALID_USAGE (called twice, no
+ * parameter, ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
 ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
 
 /* Sets a parameter's value from `values`: the full parameter, numel elements of dtype (f32, f16
@@ -785,8 +786,9 @@ ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memo
  * two figures are exactly its traffic: per step of a stage 1/2 manager, intra =
  * (G-1)/G * Ppad * (reduce size + param size) and inter = 2 (R-1)/R * Ppad/G * reduce size
  * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory; exact for R = 2,
- * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N (flat) intra is comm's own user counter,
- * which counts the caller's collectives on comm too, and inter is 0. */
+ * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N
+ * (flat) intra is comm's own user counter, which counts the caller's collectives on comm too, and
+ * inter is 0. */
 typedef struct zrt_partition_traffic {
   size_t size;                /* sizeof(zrt_partition_traffic_t) as the caller compiled it */
   int shard_group_size;       /* G as resolved */
