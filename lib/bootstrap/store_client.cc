@@ -3,6 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace zrt {
 
 Status StoreClient::connect(const std::string& host, int port, const std::string& token,
@@ -16,21 +20,33 @@ Status StoreClient::connect(const std::string& host, int port, const std::string
     return Status::invalid_argument("job token of {} bytes exceeds {} bytes", token.size(),
                                     kStoreMaxKeyBytes);
   }
-  std::unique_ptr<StoreClient> created(new StoreClient());
-  created->timeout_ms_ = timeout_ms;
-  created->address_ = fmt::format("{}:{}", host, port);
-  Status connected = connect_tcp(host, port, deadline_after_ms(timeout_ms), &created->fd_);
-  if (!connected.is_ok()) {
-    return connected.with_context(fmt::format("connecting to the store at {} (timeout {} ms)",
-                                              created->address_, timeout_ms));
-  }
+  const Deadline deadline = deadline_after_ms(timeout_ms);
   StoreRequest hello;
   hello.op = StoreOp::kHello;
   hello.value.assign(token.begin(), token.end());
-  StoreReply reply;
-  ZRT_RETURN_IF_ERROR(created->call(hello, 0, &reply));
-  *client = std::move(created);
-  return Status::ok();
+  // A store under a flood of silent connections sheds the oldest unauthenticated ones, which may
+  // be ours if the hello was not read yet: a connection dropped before any reply is tried again
+  // until the timeout; a reply (a refusal included) is final.
+  for (int64_t backoff_ms = 20;; backoff_ms = std::min<int64_t>(backoff_ms * 2, 500)) {
+    std::unique_ptr<StoreClient> created(new StoreClient());
+    created->timeout_ms_ = timeout_ms;
+    created->address_ = fmt::format("{}:{}", host, port);
+    Status connected = connect_tcp(host, port, deadline, &created->fd_);
+    if (!connected.is_ok()) {
+      return connected.with_context(fmt::format("connecting to the store at {} (timeout {} ms)",
+                                                created->address_, timeout_ms));
+    }
+    StoreReply reply;
+    const Status greeted = created->call(hello, 0, &reply);
+    if (greeted.is_ok()) {
+      *client = std::move(created);
+      return Status::ok();
+    }
+    if (created->answered_ || Clock::now() + std::chrono::milliseconds(backoff_ms) >= deadline) {
+      return greeted;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+  }
 }
 
 void StoreClient::interrupt() {
@@ -65,6 +81,7 @@ Status StoreClient::call(const StoreRequest& request, int64_t extra_wait_ms, Sto
   }
   StoreReply parsed;
   if (status.is_ok()) status = parse_store_reply(body.data(), body.size(), &parsed);
+  if (status.is_ok()) answered_ = true;
   if (!status.is_ok()) {
     // The fd stays open until the destructor (interrupt() may use it from another thread).
     broken_ = status.with_context(what);

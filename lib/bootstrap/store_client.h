@@ -53,8 +53,9 @@ class StoreClient {
 
   int fd_ = -1;
   int64_t timeout_ms_ = 0;
-  std::string address_;  // host:port, for messages
-  Status broken_;        // set once the connection cannot be used any more
+  std::string address_;    // host:port, for messages
+  Status broken_;          // set once the connection cannot be used any more
+  bool answered_ = false;  // the server replied at least once (so it did not shed us)
 };
 
 }  // namespace zrt

@@ -216,7 +216,7 @@ void bad_group_body(int /*rank*/, int size) {
     return message;
   };
   for (const std::string& message : {error_of(2, size - 1, false), error_of(3, 2 * size, false),
-                                     error_of(0, 2, true), error_of(1, -1, true)}) {
+                                     error_of(0, 2, true), error_of(1, -2, true)}) {
     EXPECT_NE(message.find("config.shard_group_size"), std::string::npos) << message;
   }
   EXPECT_NE(error_of(2, 3, false).find("divide"), std::string::npos);
