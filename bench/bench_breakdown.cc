@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/file_exchange.h"
 #include "collectives/collectives.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/settings.h"
@@ -48,42 +49,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// An out-of-band all-gather over files in a folder shared by the forked ranks.
-struct FileExchange {
-  std::string dir;
-  int rank = 0;
-  int size = 1;
-  int round = 0;
-};
-
-zrt_status_t file_allgather(const void* sendbuf, void* recvbuf, size_t bytes, void* user_data,
-                            void** request) {
-  auto* exchange = static_cast<FileExchange*>(user_data);
-  const int round = exchange->round++;
-  auto path = [&](int rank) {
-    return exchange->dir + "/" + std::to_string(round) + "." + std::to_string(rank);
-  };
-  {
-    std::ofstream out(path(exchange->rank) + ".tmp", std::ios::binary);
-    out.write(static_cast<const char*>(sendbuf), static_cast<std::streamsize>(bytes));
-  }
-  std::filesystem::rename(path(exchange->rank) + ".tmp", path(exchange->rank));
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (int rank = 0; rank < exchange->size; ++rank) {
-    while (!std::filesystem::exists(path(rank))) {
-      if (Clock::now() > deadline) return ZRT_TIMEOUT;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::ifstream in(path(rank), std::ios::binary);
-    in.read(static_cast<char*>(recvbuf) + rank * bytes, static_cast<std::streamsize>(bytes));
-  }
-  *request = nullptr;
-  return ZRT_SUCCESS;
-}
-zrt_status_t file_test(void*) {
-  return ZRT_SUCCESS;
-}
-void file_free(void*) {}
+using bench::file_allgather;
+using bench::file_free;
+using bench::file_test;
+using bench::FileExchange;
 
 void check(const zrt::Status& status, const char* what) {
   if (!status.is_ok()) {
