@@ -435,7 +435,7 @@ void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units,
     const us per_unit = balance(comm, sync, plain, units, numel, framework, steps, scratch);
     const std::vector<Figure> f =
         measure(comm, sync,
-                {{&plain, per_unit, false, {}, {}, false},
+                {{&plain, per_unit, rank == 0, {}, {}, false},
                  {&offloaded, per_unit, rank == 0, {}, {}, true, rank == 0, {}},
                  {&plain, us(0), false, {}, {}, false},
                  {&offloaded, us(0), false, {}, {}, true, rank == 0, {}},
