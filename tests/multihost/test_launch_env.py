@@ -165,38 +165,31 @@ class LaunchEnvTest(unittest.TestCase):
         self.assertIn("store refused rank 1 of 3", results[0][1], text)
         self.assertIn("store: refused rank 1 of 3 from", results[-1][1], text)  # the store's log
 
-    def test_a_straggler_after_the_next_jobs_own_rank_fails_both_jobs_saying_why(self):
-        """No identity. Job 1's rank 0 gave up and left; job 2 (3 ranks) serves the same port
-        and its rank 1 has joined; job 1's straggling rank 1 arrives. Which rank 1 is the real
-        one cannot be told, so the store refuses the straggler and then everyone: nobody forms
-        a communicator, nobody waits for the timeout."""
+    def meet_on_one_port(self, straggler_first):
+        """No identity. Job 1's rank 0 gave up and left; job 2 (3 ranks) serves the same port;
+        job 1's straggling rank 1 and job 2's own rank 1 arrive, in either order. Which rank 1
+        is the real one cannot be told, so the store refuses the second and then everyone:
+        nobody forms a communicator, nobody waits for the timeout."""
         with simhosts.SimulatedHosts(2) as hosts:
             master_port = port()
             master = hosts.hostname(0)
             self.leave_rank_0(hosts, master, master_port, 3)
             rank0, head = self.serving(hosts, master, master_port, 3)
-            rank1 = self.job_rank(hosts, 1, 1, 3, master, master_port, 2)
-            time.sleep(2)  # rank 1's hello (its claim) takes milliseconds
+            jobs = (1, 2) if straggler_first else (2, 1)
+            first = self.job_rank(hosts, 1, 1, 3, master, master_port, jobs[0])
+            time.sleep(2)  # the first rank 1's hello (its claim) takes milliseconds
             started = time.monotonic()
-            straggler = self.job_rank(hosts, 1, 1, 3, master, master_port, 1)
-            self.check_both_jobs_refused(straggler, [rank1, rank0], head)
+            second = self.job_rank(hosts, 1, 1, 3, master, master_port, jobs[1])
+            self.check_both_jobs_refused(second, [first, rank0], head)
             self.assertLess(time.monotonic() - started, 6)  # before HELPER_TIMEOUT_MS (8 s)
 
+    def test_a_straggler_after_the_next_jobs_own_rank_fails_both_jobs_saying_why(self):
+        self.meet_on_one_port(straggler_first=False)
+
     def test_a_straggler_before_the_next_jobs_own_rank_fails_both_jobs_saying_why(self):
-        """As above, but job 1's straggler reaches job 2's store before job 2's own rank 1:
-        the straggler takes the number, job 2's rank 1 is refused, and the store refuses
-        everyone after it, so the straggler never trains with job 2."""
-        with simhosts.SimulatedHosts(2) as hosts:
-            master_port = port()
-            master = hosts.hostname(0)
-            self.leave_rank_0(hosts, master, master_port, 3)
-            rank0, head = self.serving(hosts, master, master_port, 3)
-            straggler = self.job_rank(hosts, 1, 1, 3, master, master_port, 1)
-            time.sleep(2)
-            started = time.monotonic()
-            rank1 = self.job_rank(hosts, 1, 1, 3, master, master_port, 2)
-            self.check_both_jobs_refused(rank1, [straggler, rank0], head)
-            self.assertLess(time.monotonic() - started, 6)
+        """The straggler takes the number first; job 2's rank 1 is refused, and so is everyone
+        after it, so the straggler never trains with job 2."""
+        self.meet_on_one_port(straggler_first=True)
 
     def test_a_straggler_of_another_world_size_is_refused_and_the_next_job_goes_on(self):
         with simhosts.SimulatedHosts(2) as hosts:
