@@ -205,8 +205,10 @@ void StoreBootstrap::say_goodbye() {
   if (!status.is_ok()) {
     std::vector<int> late;
     for (uint32_t index : missing) late.push_back(waited_for[index]);
-    ZRT_LOG_WARN("bootstrap: rank 0 stops serving the store before {} said goodbye: {}",
-                 list_ranks(late), status.message());
+    ZRT_LOG_WARN(
+        "bootstrap: rank 0 stops serving the store{}: {}",
+        late.empty() ? std::string() : fmt::format(" before {} said goodbye", list_ranks(late)),
+        status.message());
   }
   client_.reset();
   server_->stop();
