@@ -11,6 +11,11 @@
 // the whole job): each rank counts its own bootstraps in the store, and since bootstraps are
 // collective, the n-th one of every rank is the same one.
 //
+// Without a job identity, each rank claims its number in its hello, and the store refuses a
+// second claim of one number or another world size (store_server.h); a rank that loses the
+// connection comes back with the store's nonce (store_client.h), so another store on the port is
+// never joined by mistake. docs/ARCHITECTURE.md#bootstrap says which mixes that prevents.
+//
 // Shutdown: rank 0's server must outlive every other rank's last call. So each other rank
 // writes a goodbye key as its final request, and rank 0's destructor waits (bounded) for all
 // of them before it stops serving.
@@ -79,12 +84,10 @@ class StoreBootstrap final : public Bootstrap {
   int local_size() const override { return ranks_.local_size; }
 
   Status init() {
-    if (claims_ranks()) ZRT_RETURN_IF_ERROR(claim_rank());
     int64_t instance = 0;
     ZRT_RETURN_IF_ERROR(
         client_->add(fmt::format("zrt/bootstrap/instances/{}", ranks_.rank), 1, &instance));
     prefix_ = fmt::format("zrt/bootstrap/{}/", instance);
-    if (claims_ranks()) ZRT_RETURN_IF_ERROR(check_claims());
     if (ranks_.local_rank < 0 || ranks_.local_size < 0) {
       int local_rank = 0;
       int local_size = 0;
@@ -112,12 +115,6 @@ class StoreBootstrap final : public Bootstrap {
  private:
   Status exchange(const char* kind, const void* input, size_t bytes, void* output);
   void say_goodbye();
-  // Without a job identity two jobs on one port could share this store; each rank number may
-  // be claimed once, and every rank checks, once all have arrived, that none was claimed twice.
-  // (A store zrt-run serves has its job's random token; its ranks bootstrap several times.)
-  bool claims_ranks() const { return ranks_.job_token.empty() && !ranks_.store_external; }
-  Status claim_rank();
-  Status check_claims();
 
   std::string key(const char* kind, int64_t round, int rank) const {
     return fmt::format("{}{}/{}/{}", prefix_, kind, round, rank);
@@ -182,52 +179,6 @@ Status StoreBootstrap::exchange(const char* kind, const void* input, size_t byte
   return Status::ok();
 }
 
-std::string claim_key(int rank) {
-  return fmt::format("zrt/bootstrap/claims/{}", rank);
-}
-
-constexpr const char* kTwoJobsAdvice =
-    "two jobs share this store's port: give each job its own MASTER_PORT (or ZRT_STORE_PORT), or "
-    "a job identity (ZRT_JOB_TOKEN, the same on every rank of a job; torchrun's, Slurm's and "
-    "Open MPI's job ids count)";
-
-Status StoreBootstrap::claim_rank() {
-  int64_t claims = 0;
-  ZRT_RETURN_IF_ERROR(client_->add(claim_key(ranks_.rank), 1, &claims));
-  if (claims != 1) {
-    return Status::invalid_usage(
-        "rank {} of {}: another process has already joined the store at {} as rank {}: {}",
-        ranks_.rank, ranks_.size, client_->address(), ranks_.rank, kTwoJobsAdvice);
-  }
-  return Status::ok();
-}
-
-Status StoreBootstrap::check_claims() {
-  ZRT_RETURN_IF_ERROR(exchange("join", nullptr, 0, nullptr));
-  std::vector<std::string> keys;
-  for (int rank = 0; rank < ranks_.size; ++rank) keys.push_back(claim_key(rank));
-  std::vector<int> twice;
-  const size_t batch = kStoreMaxValueBytes / 16;
-  for (size_t first = 0; first < keys.size(); first += batch) {
-    const size_t last = std::min(keys.size(), first + batch);
-    std::vector<std::string> some(keys.begin() + static_cast<std::ptrdiff_t>(first),
-                                  keys.begin() + static_cast<std::ptrdiff_t>(last));
-    std::vector<std::vector<uint8_t>> values;
-    ZRT_RETURN_IF_ERROR(client_->get(some, 0, &values));
-    for (size_t i = 0; i < values.size(); ++i) {
-      int64_t count = 0;
-      if (values[i].size() == sizeof(count)) std::memcpy(&count, values[i].data(), sizeof(count));
-      if (count != 1) twice.push_back(static_cast<int>(first + i));
-    }
-  }
-  if (!twice.empty()) {
-    return Status::invalid_usage("rank {} of {}: {} joined the store at {} more than once: {}",
-                                 ranks_.rank, ranks_.size, list_ranks(twice), client_->address(),
-                                 kTwoJobsAdvice);
-  }
-  return Status::ok();
-}
-
 void StoreBootstrap::say_goodbye() {
   if (ranks_.store_external || prefix_.empty()) {
     server_.reset();
@@ -254,8 +205,10 @@ void StoreBootstrap::say_goodbye() {
   if (!status.is_ok()) {
     std::vector<int> late;
     for (uint32_t index : missing) late.push_back(waited_for[index]);
-    ZRT_LOG_WARN("bootstrap: rank 0 stops serving the store before {} said goodbye: {}",
-                 list_ranks(late), status.message());
+    ZRT_LOG_WARN(
+        "bootstrap: rank 0 stops serving the store{}: {}",
+        late.empty() ? std::string() : fmt::format(" before {} said goodbye", list_ranks(late)),
+        status.message());
   }
   client_.reset();
   server_->stop();
@@ -287,14 +240,28 @@ std::string port_hint(const EnvRanks& ranks) {
       ranks.store_port, origin);
 }
 
+// Without a job identity two jobs on one port could share a store. Each rank number may be
+// claimed once there, by ranks of one world size. (A store zrt-run serves has its job's random
+// token; its ranks bootstrap several times, so they claim nothing.)
+StoreJoin claim_of(const EnvRanks& ranks) {
+  StoreJoin join;
+  if (ranks.job_token.empty() && !ranks.store_external) {
+    join.rank = ranks.rank;
+    join.size = ranks.size;
+  }
+  return join;
+}
+
 // A rank 0 without a job identity that finds its port taken may have met another job's store:
-// claiming rank 0 there makes that job's ranks fail their claim check too, so neither job forms
-// a communicator out of the other's ranks. Best effort, bounded by one second.
+// claiming rank 0 there poisons that store when its job has our size (its own rank 0 holds the
+// claim), so neither job forms a communicator out of the other's ranks. Best effort, bounded by
+// one second.
 void warn_the_other_job(const EnvRanks& ranks) {
   std::unique_ptr<StoreClient> other;
-  if (!StoreClient::connect(ranks.store_host, ranks.store_port, "", 1000, &other).is_ok()) return;
-  int64_t claims = 0;
-  if (other->add(claim_key(0), 1, &claims).is_ok() && claims > 1) {
+  Status claimed =
+      StoreClient::connect(ranks.store_host, ranks.store_port, "", 1000, &other, claim_of(ranks));
+  if (claimed.code() == ZRT_REMOTE_ERROR &&
+      claimed.message().find("more than once") != std::string::npos) {
     ZRT_LOG_WARN("bootstrap: another job's store holds {}:{}; told its ranks that two jobs met",
                  ranks.store_host, ranks.store_port);
   }
@@ -348,9 +315,9 @@ Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,
                  listen.host.empty() ? "*" : listen.host, server->port(), listen.reason);
   }
   std::unique_ptr<StoreClient> client;
-  Status connected =
-      StoreClient::connect(ranks.store_host, ranks.store_port, ranks.job_token, timeout_ms, &client)
-          .with_context(fmt::format("rank {} of {}", ranks.rank, ranks.size));
+  Status connected = StoreClient::connect(ranks.store_host, ranks.store_port, ranks.job_token,
+                                          timeout_ms, &client, claim_of(ranks))
+                         .with_context(fmt::format("rank {} of {}", ranks.rank, ranks.size));
   if (!connected.is_ok() && ranks.rank != 0) {
     std::string hint = port_hint(ranks);
     if (connected.code() == ZRT_TIMEOUT) {

@@ -1,7 +1,9 @@
 #include "lib/bootstrap/store_protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#include <string_view>
 
 namespace zrt {
 namespace {
@@ -112,6 +114,37 @@ class Reader {
   size_t offset_ = 0;
 };
 
+constexpr std::string_view kClaimPrefix = "claim:";
+
+// A non-negative decimal int filling the whole of `text`.
+bool parse_count(std::string_view text, int* value) {
+  if (text.empty() || text.size() > 10) return false;
+  int parsed = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (error != std::errc() || end != text.data() + text.size() || parsed < 0) return false;
+  *value = parsed;
+  return true;
+}
+
+// "claim:<rank>/<size>" with 0 <= rank < size.
+Status parse_claim(const std::string& key, int* rank, int* size) {
+  const std::string_view text(key);
+  const size_t slash = text.find('/');
+  int parsed_rank = 0;
+  int parsed_size = 0;
+  if (!text.starts_with(kClaimPrefix) || slash == std::string_view::npos ||
+      !parse_count(text.substr(kClaimPrefix.size(), slash - kClaimPrefix.size()), &parsed_rank) ||
+      !parse_count(text.substr(slash + 1), &parsed_size) || parsed_rank >= parsed_size) {
+    return Status::invalid_argument(
+        "store hello: key '{}' is not a rank claim 'claim:<rank>/<world size>' with rank < "
+        "world size",
+        key.substr(0, 64));
+  }
+  *rank = parsed_rank;
+  *size = parsed_size;
+  return Status::ok();
+}
+
 Status check_version(Reader& reader) {
   uint8_t version = 0;
   ZRT_RETURN_IF_ERROR(reader.u8("version", &version));
@@ -127,14 +160,17 @@ Status check_request_shape(const StoreRequest& request) {
   const size_t keys = request.keys.size();
   const char* name = store_op_name(request.op);
   switch (request.op) {
-    case StoreOp::kHello:
-      if (keys != 0)
-        return Status::invalid_argument("store {}: carries {} keys, expected 0", name, keys);
+    case StoreOp::kHello: {
+      if (keys > 1)
+        return Status::invalid_argument("store {}: carries {} keys, expected 0 or 1", name, keys);
       if (request.value.size() > kStoreMaxKeyBytes) {
         return Status::invalid_argument("store {}: token of {} bytes exceeds {} bytes", name,
                                         request.value.size(), kStoreMaxKeyBytes);
       }
-      return Status::ok();
+      int rank = 0;
+      int size = 0;
+      return keys == 0 ? Status::ok() : parse_claim(request.keys[0], &rank, &size);
+    }
     case StoreOp::kSet:
       if (keys != 1)
         return Status::invalid_argument("store {}: carries {} keys, expected 1", name, keys);
@@ -179,6 +215,40 @@ const char* store_op_name(StoreOp op) {
       return "delete";
   }
   return "unknown";
+}
+
+StoreRequest store_hello_request(const StoreHello& hello) {
+  StoreRequest request;
+  request.op = StoreOp::kHello;
+  request.number = static_cast<int64_t>(hello.nonce);
+  request.value.assign(hello.token.begin(), hello.token.end());
+  if (hello.rank >= 0) {
+    request.keys.push_back(fmt::format("{}{}/{}", kClaimPrefix, hello.rank, hello.size));
+  }
+  return request;
+}
+
+Status parse_store_hello(const StoreRequest& request, StoreHello* hello) {
+  if (request.op != StoreOp::kHello) {
+    return Status::invalid_argument("store {}: not a hello", store_op_name(request.op));
+  }
+  StoreHello parsed;
+  parsed.token.assign(request.value.begin(), request.value.end());
+  parsed.nonce = static_cast<uint64_t>(request.number);
+  if (request.keys.size() > 1) {
+    return Status::invalid_argument("store hello: carries {} keys, expected 0 or 1",
+                                    request.keys.size());
+  }
+  if (!request.keys.empty()) {
+    ZRT_RETURN_IF_ERROR(parse_claim(request.keys[0], &parsed.rank, &parsed.size));
+  }
+  *hello = std::move(parsed);
+  return Status::ok();
+}
+
+std::string store_hello_who(const StoreHello& hello) {
+  if (hello.rank < 0) return "a client";
+  return fmt::format("rank {} of {}", hello.rank, hello.size);
 }
 
 void encode_store_request(const StoreRequest& request, std::vector<uint8_t>* frame) {

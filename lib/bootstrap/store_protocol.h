@@ -8,6 +8,11 @@
 //   reply:   u8 version, u8 code, i64 number, u32 value count, values (u32 length + bytes),
 //            u32 missing count, u32 missing key indices, u32 message length, message bytes
 //
+// A hello (the first request of a connection) carries the job token as its value, the store
+// nonce the client met before as its number (0 = first contact), and at most one key, a rank
+// claim "claim:<rank>/<world size>"; the reply's number is the store's nonce, random per store
+// lifetime (docs/ARCHITECTURE.md#bootstrap).
+//
 // Sizes are bounded (keys, values, key count, whole frames) and the parse functions are pure:
 // they check every length against the bytes actually present and never trust the input.
 #pragma once
@@ -31,7 +36,7 @@ inline constexpr size_t kStoreMaxMessageBytes = 4096;
 inline constexpr size_t kStoreMaxFrameBytes = kStoreMaxValueBytes + (size_t{1} << 20);
 
 enum class StoreOp : uint8_t {
-  kHello = 1,   // value = job token; must be the first request of a connection
+  kHello = 1,   // value = job token, number = nonce met before, keys = [] or [claim]; first
   kSet = 2,     // keys[0] = value
   kGet = 3,     // values of keys, waiting up to number ms for all of them to exist
   kWait = 4,    // waits up to number ms for all keys to exist
@@ -61,7 +66,23 @@ struct StoreReply {
   std::string message;
 };
 
+// What a hello says beyond the token. A claim is made only by the ranks of a job without an
+// identity (the store then lets each rank number be claimed once, by one world size).
+struct StoreHello {
+  std::string token;
+  uint64_t nonce = 0;  // the store lifetime this client joined before; 0 = first contact
+  int rank = -1;       // the rank number claimed; -1 = no claim
+  int size = 0;        // the claimer's world size (with a claim)
+};
+
 const char* store_op_name(StoreOp op);
+
+StoreRequest store_hello_request(const StoreHello& hello);
+// Reads a parsed hello request's fields; fails on a malformed claim (parse_store_request
+// already refuses those, so this fails only on a request that did not come through it).
+Status parse_store_hello(const StoreRequest& request, StoreHello* hello);
+// "rank 2 of 4" for a claim, "a client" without one: who a hello says it is, for messages.
+std::string store_hello_who(const StoreHello& hello);
 
 // Appends a whole frame (header + body) to *frame.
 void encode_store_request(const StoreRequest& request, std::vector<uint8_t>* frame);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,36 @@ constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
 // stays in the backlog and would make poll() return at once, a busy loop.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
 
+// host:port of a connected socket's peer, for messages; "?:?" when it cannot be told.
+std::string peer_address(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  char host[NI_MAXHOST] = "?";
+  char port[NI_MAXSERV] = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0) {
+    getnameinfo(reinterpret_cast<sockaddr*>(&peer), length, host, sizeof(host), port, sizeof(port),
+                NI_NUMERICHOST | NI_NUMERICSERV);
+  }
+  return fmt::format("{}:{}", host, port);
+}
+
+// A store lifetime's nonce: random, never 0 (0 in a hello means "no store met before").
+Status random_nonce(uint64_t* nonce) {
+  uint64_t value = 0;
+  while (value == 0) {
+    const ssize_t got = getrandom(&value, sizeof(value), 0);
+    if (got != static_cast<ssize_t>(sizeof(value))) {
+      return Status::system_error("store: reading a nonce from getrandom", errno);
+    }
+  }
+  *nonce = value;
+  return Status::ok();
+}
+
+constexpr const char* kDistinctJobsAdvice =
+    "give each job its own MASTER_PORT (or ZRT_STORE_PORT), or a job identity (ZRT_JOB_TOKEN, "
+    "the same on every rank of a job; torchrun's, Slurm's and Open MPI's job ids count)";
+
 struct Connection {
   int fd = -1;
   std::vector<uint8_t> input;
@@ -57,6 +88,13 @@ struct StoreServer::State {
   int wake_read = -1;
   int wake_write = -1;
   std::string token;
+  uint64_t nonce = 0;  // this store lifetime's, sent in every hello reply
+  // Rank claims (hellos of a job without an identity): the world size of the first claim, and
+  // each claimed rank's peer address. A second claim of a rank poisons the store: every
+  // request after it is refused with `poisoned`, so neither job forms a communicator.
+  int claimed_world = 0;
+  std::unordered_map<int, std::string> claims;
+  std::string poisoned;
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> flush_ms{500};
   std::unordered_map<std::string, std::vector<uint8_t>> data;
@@ -69,6 +107,7 @@ struct StoreServer::State {
   uint64_t accept_failures = 0;               // since the last log line
   std::atomic<uint64_t> evicted{0};           // unauthenticated connections dropped, in total
   std::atomic<uint64_t> accept_log_lines{0};  // lines log_accept_failure wrote
+  std::atomic<uint64_t> refused{0};           // hellos refused (token, nonce, claim)
 
   ~State() {
     for (auto& connection : connections) close(connection->fd);
@@ -81,7 +120,15 @@ struct StoreServer::State {
   void accept_all();
   void log_accept_failure(int err);
   // The serving side's half of "refused on both sides": at most one line per kAcceptLogInterval.
-  void log_refusal(const Connection& connection, const std::string& why);
+  void log_refusal(const Connection& connection, const std::string& who, const std::string& why);
+  // Refuses a hello from `who` ("the client", "rank 2 of 4"): tells it "store refused <who>:
+  // <why>", logs it here, and closes the connection.
+  void refuse(Connection& connection, const std::string& who, const std::string& why);
+  // Hello checks beyond the token; each refuses and returns false when the hello may not join.
+  bool check_nonce(Connection& connection, const StoreHello& hello);
+  bool check_claim(Connection& connection, const StoreHello& hello);
+  void poison(const std::string& why);
+  void handle_hello(Connection& connection, const StoreRequest& request);
   Clock::time_point refusal_logged_at;
   bool refusal_logged = false;
   uint64_t refusals = 0;  // since the last log line
@@ -160,6 +207,88 @@ void StoreServer::State::wake_parked() {
   }
 }
 
+void StoreServer::State::refuse(Connection& connection, const std::string& who,
+                                const std::string& why) {
+  ++refused;
+  log_refusal(connection, who, why);
+  fail(connection, StoreReplyCode::kRefused, fmt::format("store refused {}: {}", who, why));
+}
+
+bool StoreServer::State::check_nonce(Connection& connection, const StoreHello& hello) {
+  if (hello.nonce == 0 || hello.nonce == nonce) return true;
+  refuse(connection, store_hello_who(hello),
+         fmt::format("it joined another store on this port before (store nonce {:016x}; this "
+                     "store's is {:016x}): the rank 0 it met has gone and another store "
+                     "serves the port now (another job's rank 0, or a later bootstrap of "
+                     "this job); {}",
+                     hello.nonce, nonce, kDistinctJobsAdvice));
+  return false;
+}
+
+bool StoreServer::State::check_claim(Connection& connection, const StoreHello& hello) {
+  if (hello.rank < 0) return true;
+  const std::string who = store_hello_who(hello);
+  if (claimed_world == 0) claimed_world = hello.size;
+  if (hello.size != claimed_world) {
+    // Another world size cannot be one of this job's ranks: refused, and this job goes on.
+    refuse(connection, who,
+           fmt::format("this store's job has {} ranks, this rank's has {}: two jobs share this "
+                       "store's port; {}",
+                       claimed_world, hello.size, kDistinctJobsAdvice));
+    return false;
+  }
+  const std::string peer = peer_address(connection.fd);
+  auto [claim, fresh] = claims.try_emplace(hello.rank, peer);
+  // A rank that presents this store's nonce has joined it before: it reconnects.
+  if (fresh || hello.nonce == nonce) {
+    claim->second = peer;
+    return true;
+  }
+  // Which of the two is the real rank cannot be told: neither job may go on.
+  const std::string why = fmt::format(
+      "rank {} of {} joined the store more than once (from {}, then from {}): two jobs share "
+      "this store's port; {}",
+      hello.rank, hello.size, claim->second, peer, kDistinctJobsAdvice);
+  refuse(connection, who, why);
+  poison(why);
+  return false;
+}
+
+void StoreServer::State::poison(const std::string& why) {
+  if (!poisoned.empty()) return;
+  poisoned = why;
+  for (auto& other : connections) {
+    if (other->parked && !other->dead) fail(*other, StoreReplyCode::kRefused, poisoned);
+  }
+}
+
+void StoreServer::State::handle_hello(Connection& connection, const StoreRequest& request) {
+  StoreHello hello;
+  if (Status parsed = parse_store_hello(request, &hello); !parsed.is_ok()) {
+    fail(connection, StoreReplyCode::kError, parsed.message());
+    return;
+  }
+  if (hello.token != token) {
+    // Fingerprints, not tokens: a ZRT_JOB_TOKEN is a secret.
+    refuse(connection, "the client",
+           fmt::format("it belongs to another job (its job identity {}, this store's {}; the "
+                       "identity is ZRT_JOB_TOKEN or the launcher's job id, docs/API.md)",
+                       token_fingerprint(hello.token), token_fingerprint(token)));
+    return;
+  }
+  if (!check_nonce(connection, hello)) return;
+  if (!poisoned.empty()) {
+    refuse(connection, store_hello_who(hello), poisoned);
+    return;
+  }
+  if (!check_claim(connection, hello)) return;
+  connection.authenticated = true;
+  uncount(connection);
+  StoreReply answer;
+  answer.number = static_cast<int64_t>(nonce);
+  reply(connection, answer);
+}
+
 void StoreServer::State::handle(Connection& connection, StoreRequest request) {
   if (!connection.authenticated) {
     if (request.op != StoreOp::kHello) {
@@ -169,26 +298,17 @@ void StoreServer::State::handle(Connection& connection, StoreRequest request) {
                        store_op_name(request.op)));
       return;
     }
-    const std::string presented(request.value.begin(), request.value.end());
-    if (presented != token) {
-      // Fingerprints, not tokens: a ZRT_JOB_TOKEN is a secret.
-      const std::string why = fmt::format(
-          "store refused the client: it belongs to another job (its job identity {}, this "
-          "store's {}; the identity is ZRT_JOB_TOKEN or the launcher's job id, "
-          "docs/API.md)",
-          token_fingerprint(presented), token_fingerprint(token));
-      log_refusal(connection, why);
-      fail(connection, StoreReplyCode::kRefused, why);
-      return;
-    }
-    connection.authenticated = true;
-    uncount(connection);
-    reply(connection, StoreReply{});
+    handle_hello(connection, request);
+    return;
+  }
+  if (!poisoned.empty()) {
+    fail(connection, StoreReplyCode::kRefused, poisoned);
     return;
   }
   StoreReply answer;
   switch (request.op) {
     case StoreOp::kHello:
+      answer.number = static_cast<int64_t>(nonce);
       break;  // a repeated hello is harmless
     case StoreOp::kSet:
       data[request.keys[0]] = std::move(request.value);
@@ -296,22 +416,16 @@ void StoreServer::State::write_to(Connection& connection) {
   if (connection.closing) connection.dead = true;
 }
 
-void StoreServer::State::log_refusal(const Connection& connection, const std::string& why) {
+void StoreServer::State::log_refusal(const Connection& connection, const std::string& who,
+                                     const std::string& why) {
   ++refusals;
   const auto now = Clock::now();
   if (refusal_logged && now - refusal_logged_at < kAcceptLogInterval) return;
-  sockaddr_storage peer{};
-  socklen_t length = sizeof(peer);
-  char host[NI_MAXHOST] = "?";
-  char port[NI_MAXSERV] = "?";
-  if (getpeername(connection.fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0) {
-    getnameinfo(reinterpret_cast<sockaddr*>(&peer), length, host, sizeof(host), port, sizeof(port),
-                NI_NUMERICHOST | NI_NUMERICSERV);
-  }
   ZRT_LOG_WARN(
-      "store: refused a client from {}:{}{}: {}", host, port,
+      "store: refused {} from {}{}: {}", who == "the client" ? "a client" : who,
+      peer_address(connection.fd),
       refusals == 1 ? std::string() : fmt::format(" ({} refusals since the last report)", refusals),
-      why.substr(why.find(": ") + 2));
+      why);
   refusal_logged = true;
   refusal_logged_at = now;
   refusals = 0;
@@ -473,6 +587,7 @@ Status StoreServer::start(const std::string& host, int port, const std::string& 
   }
   auto state = std::make_unique<State>();
   state->token = token;
+  ZRT_RETURN_IF_ERROR(random_nonce(&state->nonce));
   state->limits = limits;
   int bound_port = 0;
   ZRT_RETURN_IF_ERROR(listen_tcp(host, port, &state->listen_fd, &bound_port));
@@ -484,6 +599,7 @@ Status StoreServer::start(const std::string& host, int port, const std::string& 
   state->wake_write = pipe_fds[1];
   std::unique_ptr<StoreServer> created(new StoreServer());
   created->port_ = bound_port;
+  created->nonce_ = state->nonce;
   created->state_ = std::move(state);
   State* raw = created->state_.get();
   created->thread_ = std::thread([raw] { raw->run(); });
@@ -497,6 +613,7 @@ StoreServer::Counters StoreServer::counters() const {
   if (state_) {
     counters.evicted = state_->evicted.load();
     counters.accept_log_lines = state_->accept_log_lines.load();
+    counters.refused = state_->refused.load();
   }
   return counters;
 }

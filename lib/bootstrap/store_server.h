@@ -2,10 +2,16 @@
 // rank 0, or by zrt-run so that a dying rank 0 does not take the store with it.
 //
 // Every connection must present the job token in its first request (a hello); otherwise it is
-// told why and disconnected. Get and wait requests block server-side (the connection is parked
-// with a deadline, the thread keeps serving others) until their keys exist or the deadline
-// passes; the reply to a timeout lists the keys still missing. Oversized or malformed messages
-// are answered with an error naming the fault, then the connection is closed.
+// told why and disconnected. Each store lifetime draws a random nonce, sent in every hello
+// reply; a hello that presents another nonce (a client that joined an earlier store on this
+// port) is refused. Hellos may claim a rank number (jobs without an identity): the first claim
+// fixes the world size, another size is refused, and a rank claimed twice poisons the store,
+// every later request of every client being refused with the reason
+// (docs/ARCHITECTURE.md#bootstrap). Refusals are told to the client and logged here. Get and wait
+// requests block server-side (the connection is parked with a deadline, the thread keeps serving
+// others) until their keys exist or the deadline passes; the reply to a timeout lists the keys
+// still missing. Oversized or malformed messages are answered with an error naming the fault, then
+// the connection is closed.
 //
 // Under a flood (thousands of idle or slow connections) bootstrap goes on: at most
 // max_unauthenticated connections wait for their hello, each at most hello_timeout_ms; the
@@ -35,6 +41,7 @@ class StoreServer {
   struct Counters {
     uint64_t evicted = 0;           // silent connections closed (cap or hello deadline)
     uint64_t accept_log_lines = 0;  // log lines about failed accepts
+    uint64_t refused = 0;           // hellos refused: token, nonce or claim
   };
 
   // Listens on host:port (host empty = any address, port 0 = ephemeral; see port()) and starts
@@ -47,7 +54,8 @@ class StoreServer {
   ~StoreServer();  // stop()
 
   int port() const { return port_; }
-  Counters counters() const;  // any thread
+  uint64_t nonce() const { return nonce_; }  // this lifetime's, never 0
+  Counters counters() const;                 // any thread
 
   // Stops serving: replies already queued get up to flush_ms to leave, then every connection
   // closes and the thread is joined. Idempotent.
@@ -61,6 +69,7 @@ class StoreServer {
   std::unique_ptr<State> state_;
   std::thread thread_;
   int port_ = 0;
+  uint64_t nonce_ = 0;
 };
 
 }  // namespace zrt

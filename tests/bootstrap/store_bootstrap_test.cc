@@ -178,13 +178,18 @@ TEST(StoreBootstrap, WithoutATokenARankClaimedTwiceFails) {
           EXPECT_TRUE(claims || gone) << text;
           return;
         }
-        // A partner that checked the claims a moment later (after the refused claimant's) has
-        // failed; then this rank's next exchange times out naming it.
+        // The second claim came after this rank's bootstrap: the store refuses what follows,
+        // or has gone (rank 0, refused, stopped serving it).
         int mine = process;
         int all[2] = {-1, -1};
         Status gathered = bootstrap->allgather(&mine, all, sizeof(mine));
         if (!gathered.is_ok()) {
-          EXPECT_EQ(gathered.code(), ZRT_TIMEOUT) << gathered.message();
+          const std::string& text = gathered.message();
+          EXPECT_TRUE(text.find("two jobs share this store's port") != std::string::npos ||
+                      text.find("the store closed the connection") != std::string::npos ||
+                      text.find("the store reset the connection") != std::string::npos ||
+                      gathered.code() == ZRT_TIMEOUT)
+              << text;
           return;
         }
         EXPECT_EQ(all[0], 0);

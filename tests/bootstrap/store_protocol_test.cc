@@ -121,6 +121,62 @@ TEST(StoreProtocol, MalformedFieldsNameTheFault) {
   EXPECT_EQ(parse_store_request(nullptr, 0, &parsed).code(), ZRT_INVALID_ARGUMENT);
 }
 
+// A hello's token, nonce and claim survive the wire; the nonce keeps all 64 bits.
+TEST(StoreProtocol, HelloRoundTrip) {
+  StoreHello hello;
+  hello.token = "tok";
+  hello.nonce = 0xfedcba9876543210ull;
+  hello.rank = 3;
+  hello.size = 8;
+  std::vector<uint8_t> frame;
+  encode_store_request(store_hello_request(hello), &frame);
+  const std::vector<uint8_t> body = body_of(frame);
+  StoreRequest request;
+  ASSERT_TRUE(parse_store_request(body.data(), body.size(), &request).is_ok());
+  StoreHello parsed;
+  ASSERT_TRUE(parse_store_hello(request, &parsed).is_ok());
+  EXPECT_EQ(parsed.token, "tok");
+  EXPECT_EQ(parsed.nonce, 0xfedcba9876543210ull);
+  EXPECT_EQ(parsed.rank, 3);
+  EXPECT_EQ(parsed.size, 8);
+  EXPECT_EQ(store_hello_who(parsed), "rank 3 of 8");
+
+  // Without a claim: no key, and who is "a client".
+  StoreHello plain;
+  plain.token = "tok";
+  EXPECT_TRUE(store_hello_request(plain).keys.empty());
+  ASSERT_TRUE(parse_store_hello(store_hello_request(plain), &parsed).is_ok());
+  EXPECT_EQ(parsed.rank, -1);
+  EXPECT_EQ(parsed.nonce, 0u);
+  EXPECT_EQ(store_hello_who(parsed), "a client");
+}
+
+TEST(StoreProtocol, MalformedClaimsAreRefused) {
+  for (const char* key : {"claim:2/2", "claim:-1/2", "claim:a/2", "claim:1/2x", "claim:1",
+                          "claim:/2", "claim:1/", "rank:1/2", "claim:99999999999/2", ""}) {
+    StoreRequest hello = store_hello_request(StoreHello{});
+    hello.keys = {key};
+    std::vector<uint8_t> frame;
+    encode_store_request(hello, &frame);
+    const std::vector<uint8_t> body = body_of(frame);
+    StoreRequest parsed;
+    Status status = parse_store_request(body.data(), body.size(), &parsed);
+    EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT) << key;
+    EXPECT_NE(status.message().find("not a rank claim"), std::string::npos) << status.message();
+    StoreHello fields;
+    EXPECT_FALSE(parse_store_hello(hello, &fields).is_ok()) << key;
+  }
+  StoreRequest two = store_hello_request(StoreHello{});
+  two.keys = {"claim:0/2", "claim:1/2"};
+  std::vector<uint8_t> frame;
+  encode_store_request(two, &frame);
+  const std::vector<uint8_t> body = body_of(frame);
+  StoreRequest parsed;
+  EXPECT_NE(
+      parse_store_request(body.data(), body.size(), &parsed).message().find("expected 0 or 1"),
+      std::string::npos);
+}
+
 TEST(StoreProtocol, OversizedFramesAreRefusedFromTheHeader) {
   uint8_t header[4];
   const uint32_t too_big = static_cast<uint32_t>(kStoreMaxFrameBytes + 1);

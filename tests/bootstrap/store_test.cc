@@ -1,5 +1,6 @@
 // The TCP store, server and client in one process over real loopback sockets.
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "lib/bootstrap/socket_util.h"
@@ -283,6 +285,230 @@ TEST(StoreConnect, ServerGoneMidCallIsARemoteError) {
   EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
   // Every later call fails at once with the same reason.
   EXPECT_EQ(client->set("x", "1", 1).code(), ZRT_REMOTE_ERROR);
+}
+
+// Each store lifetime has its own nonce, which the hello reply brings to the client.
+TEST_F(StoreTest, TheHelloBringsTheStoresNonce) {
+  auto client = connect();
+  ASSERT_TRUE(client);
+  EXPECT_NE(server_->nonce(), 0u);
+  EXPECT_EQ(client->nonce(), server_->nonce());
+  std::unique_ptr<StoreServer> other;
+  ASSERT_TRUE(StoreServer::start("127.0.0.1", 0, kToken, &other).is_ok());
+  EXPECT_NE(other->nonce(), server_->nonce());
+}
+
+std::unique_ptr<StoreClient> join(int port, int rank, int size, Status* status,
+                                  uint64_t nonce = 0) {
+  std::unique_ptr<StoreClient> client;
+  *status = StoreClient::connect("127.0.0.1", port, kToken, 3000, &client,
+                                 StoreJoin{.rank = rank, .size = size, .nonce = nonce});
+  return client;
+}
+
+bool has(const Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+// Two processes claim rank 1: neither can be told to be the real one, so the store refuses the
+// second and then every request of everyone, a parked wait included.
+TEST_F(StoreTest, ARankClaimedTwicePoisonsTheStore) {
+  Status status;
+  auto rank0 = join(server_->port(), 0, 2, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  auto rank1 = join(server_->port(), 1, 2, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  Status waited;
+  std::thread waiter([&] { waited = rank0->wait({"never"}, 5000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // parked before the clash
+  const auto start = std::chrono::steady_clock::now();
+  auto again = join(server_->port(), 1, 2, &status);
+  EXPECT_FALSE(again);
+  EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
+  EXPECT_TRUE(has(status,
+                  "store refused rank 1 of 2: rank 1 of 2 joined the store more than "
+                  "once (from 127.0.0.1:"))
+      << status.message();
+  EXPECT_TRUE(has(status, "two jobs share this store's port")) << status.message();
+  EXPECT_TRUE(has(status, "ZRT_JOB_TOKEN")) << status.message();
+  waiter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+  EXPECT_EQ(waited.code(), ZRT_REMOTE_ERROR);
+  EXPECT_TRUE(has(waited, "rank 1 of 2 joined the store more than once")) << waited.message();
+  Status later = rank1->set("k", "v", 1);
+  EXPECT_EQ(later.code(), ZRT_REMOTE_ERROR);
+  EXPECT_TRUE(has(later, "two jobs share this store's port")) << later.message();
+  EXPECT_EQ(server_->counters().refused, 1u);
+}
+
+// A rank of another world size cannot be one of this job's: it alone is refused.
+TEST_F(StoreTest, AnotherWorldSizeIsRefusedAndTheJobGoesOn) {
+  Status status;
+  auto rank0 = join(server_->port(), 0, 3, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  auto stranger = join(server_->port(), 1, 2, &status);
+  EXPECT_FALSE(stranger);
+  EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
+  EXPECT_TRUE(has(status,
+                  "store refused rank 1 of 2: this store's job has 3 ranks, this rank's "
+                  "has 2"))
+      << status.message();
+  EXPECT_TRUE(rank0->set("k", "v", 1).is_ok());
+  auto rank1 = join(server_->port(), 1, 3, &status);
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  EXPECT_EQ(server_->counters().refused, 1u);
+}
+
+// A claim that presents this store's nonce comes from a rank that joined it before: taken back.
+TEST_F(StoreTest, AClaimWithTheStoresNonceIsARankComingBack) {
+  Status status;
+  auto first = join(server_->port(), 1, 2, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  auto back = join(server_->port(), 1, 2, &status, first->nonce());
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  EXPECT_TRUE(back->set("k", "v", 1).is_ok());
+  EXPECT_EQ(server_->counters().refused, 0u);
+}
+
+// Rank 0's store goes and another takes its port (another job's rank 0): a rank that had joined
+// the first and comes back is refused by the second, which logs it, and the rank is told why.
+TEST(StoreNonce, AnotherStoreOnThePortIsRefusedOnBothSides) {
+  std::unique_ptr<StoreServer> first;
+  ASSERT_TRUE(StoreServer::start("127.0.0.1", 0, kToken, &first).is_ok());
+  const int port = first->port();
+  Status status;
+  auto client = join(port, 1, 3, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  const uint64_t met = client->nonce();
+  first->stop();
+  std::unique_ptr<StoreServer> second;
+  ASSERT_TRUE(StoreServer::start("127.0.0.1", port, kToken, &second).is_ok());
+  std::vector<std::vector<uint8_t>> values;
+  status = client->get({"k"}, 0, &values);
+  EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR);
+  EXPECT_TRUE(has(status, "store refused rank 1 of 3: it joined another store on this port"))
+      << status.message();
+  EXPECT_TRUE(has(status, fmt::format("store nonce {:016x}", met))) << status.message();
+  EXPECT_TRUE(has(status, fmt::format("this store's is {:016x}", second->nonce())))
+      << status.message();
+  EXPECT_TRUE(has(status, "ZRT_JOB_TOKEN")) << status.message();
+  EXPECT_EQ(second->counters().refused, 1u);
+  // The same from a fresh connection that presents the old nonce.
+  auto fresh = join(port, 2, 3, &status, met);
+  EXPECT_FALSE(fresh);
+  EXPECT_TRUE(has(status, "store refused rank 2 of 3: it joined another store"))
+      << status.message();
+  EXPECT_EQ(second->counters().refused, 2u);
+}
+
+// A relay between a client and the store that can reset the client's connection while the
+// store lives on (a middlebox dropping a flow, say).
+class CuttableRelay {
+ public:
+  explicit CuttableRelay(int upstream_port) : upstream_(upstream_port) {
+    EXPECT_TRUE(listen_tcp("127.0.0.1", 0, &listen_fd_, &port_).is_ok());
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CuttableRelay() {
+    stop_ = true;
+    thread_.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  int accepted() const { return accepted_; }
+  // Resets the relayed connection now (call it while one is relayed).
+  void cut() {
+    cut_ = true;
+    while (cut_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd entry{listen_fd_, POLLIN, 0};
+      if (poll(&entry, 1, 10) <= 0) continue;
+      const int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      ++accepted_;
+      int server = -1;
+      if (connect_tcp("127.0.0.1", upstream_, deadline_after_ms(2000), &server).is_ok()) {
+        pump(client, server);
+        close(server);
+      }
+      const linger reset{1, 0};  // close with a reset, as a dropped flow ends
+      setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+      close(client);
+      cut_ = false;
+    }
+  }
+  void pump(int client, int server) {
+    char buffer[65536];
+    while (!stop_ && !cut_) {
+      pollfd entries[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      if (poll(entries, 2, 10) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if ((entries[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = recv(entries[i].fd, buffer, sizeof(buffer), 0);
+        if (n <= 0) return;
+        const int to = entries[1 - i].fd;
+        if (!send_all(to, buffer, static_cast<size_t>(n), deadline_after_ms(2000), "relay")
+                 .is_ok()) {
+          return;
+        }
+      }
+    }
+  }
+
+  int upstream_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cut_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+// The connection is lost mid-wait while the store lives: the client comes back with the nonce
+// and its claim, the same store takes it back, and the wait is asked again and answered.
+TEST_F(StoreTest, ALostConnectionComesBackToTheSameStore) {
+  CuttableRelay relay(server_->port());
+  Status status;
+  auto client = join(relay.port(), 1, 2, &status);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  ASSERT_TRUE(client->set("a", "1", 1).is_ok());
+  auto writer = connect();
+  ASSERT_TRUE(writer);
+  std::thread stimulus([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    relay.cut();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(writer->set("late", "2", 1).is_ok());
+  });
+  status = client->wait({"late"}, 5000);
+  stimulus.join();
+  EXPECT_TRUE(status.is_ok()) << status.message();
+  EXPECT_EQ(relay.accepted(), 2);
+  std::vector<std::vector<uint8_t>> values;
+  ASSERT_TRUE(client->get({"a", "late"}, 0, &values).is_ok());
+  EXPECT_EQ(values[1], bytes_of("2"));
+  EXPECT_EQ(server_->counters().refused, 0u);
+}
+
+// An add lost with its connection may have counted already: never sent twice.
+TEST_F(StoreTest, ALostAddIsNotSentAgain) {
+  CuttableRelay relay(server_->port());
+  auto client = [&] {
+    std::unique_ptr<StoreClient> made;
+    EXPECT_TRUE(StoreClient::connect("127.0.0.1", relay.port(), kToken, 3000, &made).is_ok());
+    return made;
+  }();
+  ASSERT_TRUE(client);
+  int64_t value = 0;
+  ASSERT_TRUE(client->add("n", 1, &value).is_ok());
+  relay.cut();
+  Status status = client->add("n", 1, &value);
+  EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
+  EXPECT_EQ(relay.accepted(), 1);
 }
 
 }  // namespace

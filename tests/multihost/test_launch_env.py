@@ -1,10 +1,12 @@
 """Launching by environment across simulated hosts (issue 17, items 2-3): jobs without
-ZRT_JOB_TOKEN never mix, a master name that is loopback on rank 0's host (Debian's 127.0.1.1)
+ZRT_JOB_TOKEN never mix (overlapping, or a straggler of a job whose rank 0 has gone meeting the
+next job on the port), a master name that is loopback on rank 0's host (Debian's 127.0.1.1)
 works, a loopback MASTER_ADDR on a remote rank says so, and static torchrun's variables work
 beside torch's own TCPStore on MASTER_PORT."""
 import os
 import random
 import subprocess
+import time
 import unittest
 
 import simhosts
@@ -125,6 +127,87 @@ class LaunchEnvTest(unittest.TestCase):
                                  for _, out in results[1:]) +
                              sum("cannot connect to the store" in out
                                  for _, out in results[1:]), 2, text)
+
+    def job_rank(self, hosts, host, rank, world, master, master_port, job, **extra):
+        return start(hosts, host, [HELPER, "job"],
+                     rank_env(rank, world, master, master_port, JOB_MARK=job, **extra))
+
+    def leave_rank_0(self, hosts, master, master_port, world):
+        """Job 1's rank 0 waits alone, gives up after its timeout and exits: its store is gone
+        from the port before the next job comes."""
+        code, out = finish(self.job_rank(hosts, 0, 0, world, master, master_port, 1,
+                                         HELPER_TIMEOUT_MS=1500, ZRT_TIMEOUT=2))
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("timed out", out)
+
+    def serving(self, hosts, master, master_port, world):
+        """Job 2's rank 0, once it serves the store; returns it and the lines read so far."""
+        process = self.job_rank(hosts, 0, 0, world, master, master_port, 2, ZRT_LOG="info")
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if "rank 0 serves the store" in line:
+                return process, "".join(lines)
+        raise AssertionError("job 2's rank 0 never served the store:\n" + "".join(lines))
+
+    def check_both_jobs_refused(self, refused, others, head):
+        """`refused` is the second claimant of rank 1; `others` end with job 2's rank 0, whose
+        output began with `head`."""
+        results = [finish(refused)] + [finish(p) for p in others]
+        results[-1] = (results[-1][0], head + results[-1][1])
+        text = "\n".join(out for _, out in results)
+        self.assertNotIn("job ok", text)
+        self.assertNotIn("MIXED", text)
+        for code, out in results:
+            self.assertNotEqual(code, 0, text)
+            self.assertIn("rank 1 of 3 joined the store more than once", out, text)
+            self.assertIn("two jobs share this store's port", out, text)
+        self.assertIn("store refused rank 1 of 3", results[0][1], text)
+        self.assertIn("store: refused rank 1 of 3 from", results[-1][1], text)  # the store's log
+
+    def meet_on_one_port(self, straggler_first):
+        """No identity. Job 1's rank 0 gave up and left; job 2 (3 ranks) serves the same port;
+        job 1's straggling rank 1 and job 2's own rank 1 arrive, in either order. Which rank 1
+        is the real one cannot be told, so the store refuses the second and then everyone:
+        nobody forms a communicator, nobody waits for the timeout."""
+        with simhosts.SimulatedHosts(2) as hosts:
+            master_port = port()
+            master = hosts.hostname(0)
+            self.leave_rank_0(hosts, master, master_port, 3)
+            rank0, head = self.serving(hosts, master, master_port, 3)
+            jobs = (1, 2) if straggler_first else (2, 1)
+            first = self.job_rank(hosts, 1, 1, 3, master, master_port, jobs[0])
+            time.sleep(2)  # the first rank 1's hello (its claim) takes milliseconds
+            started = time.monotonic()
+            second = self.job_rank(hosts, 1, 1, 3, master, master_port, jobs[1])
+            self.check_both_jobs_refused(second, [first, rank0], head)
+            self.assertLess(time.monotonic() - started, 6)  # before HELPER_TIMEOUT_MS (8 s)
+
+    def test_a_straggler_after_the_next_jobs_own_rank_fails_both_jobs_saying_why(self):
+        self.meet_on_one_port(straggler_first=False)
+
+    def test_a_straggler_before_the_next_jobs_own_rank_fails_both_jobs_saying_why(self):
+        """The straggler takes the number first; job 2's rank 1 is refused, and so is everyone
+        after it, so the straggler never trains with job 2."""
+        self.meet_on_one_port(straggler_first=True)
+
+    def test_a_straggler_of_another_world_size_is_refused_and_the_next_job_goes_on(self):
+        with simhosts.SimulatedHosts(2) as hosts:
+            master_port = port()
+            master = hosts.hostname(0)
+            self.leave_rank_0(hosts, master, master_port, 2)
+            rank0, head = self.serving(hosts, master, master_port, 3)
+            code, out = finish(self.job_rank(hosts, 1, 1, 2, master, master_port, 1))
+            self.assertNotEqual(code, 0, out)
+            self.assertIn("store refused rank 1 of 2: this store's job has 3 ranks, this "
+                          "rank's has 2", out)
+            self.assertNotIn("job ok", out)
+            rest = [self.job_rank(hosts, 1, rank, 3, master, master_port, 2) for rank in (1, 2)]
+            results = [finish(p) for p in rest] + [finish(rank0)]
+            for rank, (code, out) in zip((1, 2, 0), results):
+                self.assertEqual(code, 0, out)
+                self.assertIn(f"job ok rank {rank}/3", out)
+            self.assertIn("store: refused rank 1 of 2 from", head + results[-1][1])
 
     def test_a_master_name_that_is_loopback_on_rank_0s_host_works(self):
         with simhosts.SimulatedHosts(2) as hosts:
