@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lib/engine/engine.h"
+#include "lib/engine/peer_beacons.h"
 #include "lib/engine/peer_verdicts.h"
 #include "lib/engine/phase_clock.h"
 #include "lib/engine/stream_resources.h"
@@ -179,6 +180,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
   size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
   PeerVerdicts verdicts_;            // progress thread
+  PeerBeacons beacons_;              // progress thread; stops once the engine failed
   // A peer's verdict waiting until this rank starts the collective it is about (progress
   // thread; see peer_verdicts.h).
   bool verdict_pending_ = false;

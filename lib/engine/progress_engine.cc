@@ -38,6 +38,7 @@
 #include "lib/core/settings.h"
 #include "lib/engine/engine_impl.h"
 #include "lib/engine/local_tasks.h"
+#include "lib/engine/silent_peers.h"
 #include "transports/transport.h"
 
 namespace zrt {
@@ -437,8 +438,15 @@ bool EngineImpl::check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& 
     if (idle >= timeout) {
       const Task& task = *stream->running_;
       std::string waiting = task.waiting_on();
-      fail_engine(Status::error(ZRT_TIMEOUT, "{} on stream {} made no progress for {} ms{}",
+      // The rank waited on is often a neighbour that waits like this one; the peers that went
+      // silent towards everyone are the likely cause, so they come first.
+      std::vector<std::chrono::steady_clock::time_point> heard(static_cast<size_t>(options_.size));
+      for (int peer = 0; peer < options_.size; ++peer) heard[peer] = transport_.last_heard(peer);
+      std::string silent = describe_silent_peers(
+          heard, now, options_.rank, silence_threshold(options_.timeout_ms), options_.host_names);
+      fail_engine(Status::error(ZRT_TIMEOUT, "{} on stream {} made no progress for {} ms{}{}",
                                 task.describe(), stream->index(), options_.timeout_ms,
+                                silent.empty() ? "" : "; " + silent,
                                 waiting.empty() ? "" : "; waiting on " + waiting));
       return true;
     }
@@ -509,8 +517,12 @@ void EngineImpl::run() {
   log_set_thread_rank(options_.rank);
   {
     Status posted = verdicts_.post(transport_, options_.rank, options_.size);
+    if (posted.is_ok()) {
+      posted = beacons_.start(transport_, options_.rank, options_.size, options_.timeout_ms);
+    }
     if (!posted.is_ok()) fail_engine(posted);
   }
+  std::chrono::milliseconds beacon_due{0};  // until the next beacons (PeerBeacons::tick)
   auto last_yield = std::chrono::steady_clock::now();
   const auto busy_poll = std::chrono::microseconds(options_.busy_poll_us);
   bool polling = false;  // in the bounded poll, since poll_since
@@ -523,9 +535,11 @@ void EngineImpl::run() {
     bool advanced = false;
     bool cancel = false;
     bool exit_now = false;
+    bool engine_failed = false;
     Status cancel_reason;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      engine_failed = failed_;
       if (seen_version != streams_version_) {
         active = streams_;
         retired.insert(retired.end(), retired_.begin(), retired_.end());
@@ -682,6 +696,8 @@ void EngineImpl::run() {
         continue;
       }
     }
+    // A failed engine has cancelled its transport's operations and sends no more beacons.
+    if (!engine_failed) beacon_due = beacons_.tick(transport_, std::chrono::steady_clock::now());
     if (advanced) {
       polling = false;
       const auto now = std::chrono::steady_clock::now();
@@ -717,6 +733,8 @@ void EngineImpl::run() {
     polling = false;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
+    if (!engine_failed)
+      sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, beacon_due.count()));
     for (const auto& stream : active) {
       if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
         sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
@@ -740,6 +758,7 @@ void EngineImpl::run() {
     }
   }
   verdicts_.close(transport_);
+  beacons_.close(transport_);
   for (const auto& stream : active) {
     stream->running_.reset();
     stream->next_.reset();
