@@ -190,6 +190,11 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // that long after it too.
   std::chrono::steady_clock::time_point last_collective_end_;
   bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
+  // This rank failed because a peer did (`failure`, ZRT_REMOTE_ERROR, in collective `sequence`
+  // of `stream`, or -1): a verdict on its way within 50 ms names the cause better and is
+  // returned; otherwise every peer is told `failure` (so that a neighbour seeing this rank
+  // close names the root, not this rank) and it is returned.
+  Status peer_failure_cause(const Status& failure, int stream, uint32_t sequence);
   std::thread thread_;
 };
 

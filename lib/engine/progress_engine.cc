@@ -506,6 +506,26 @@ bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& str
   return true;  // no such stream here
 }
 
+Status EngineImpl::peer_failure_cause(const Status& failure, int stream, uint32_t sequence) {
+  // A peer that failed and went (a mismatch it found, a death it saw) told every rank why just
+  // before: its verdict names the cause, our error only the peer's end. A moment for it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
+    if (verdicts_.poll(&verdict_)) {
+      verdict_pending_ = true;
+    } else if (transport_.progress() == 0) {
+      sched_yield();
+    }
+  }
+  if (verdict_pending_) {
+    verdict_pending_ = false;
+    return verdict_.failure;
+  }
+  // None came: this rank saw the failure first, and tells the others before it closes.
+  verdicts_.tell(transport_, failure, stream, sequence);
+  return failure;
+}
+
 TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
   TaskContext context{transport_,         options_.rank,  options_.size, tag_base,
                       &stream.resources_, stream.index(), sequence,      options_.check_order == 1};
@@ -633,17 +653,7 @@ void EngineImpl::run() {
           if (task.tell_peers()) {
             verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
           } else if (failure.code() == ZRT_REMOTE_ERROR) {
-            // A peer that found a mismatch fails and goes: its verdict names the calls, our
-            // error only the peer's end. It left before its end was noticed; a moment for it.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-            while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
-              if (verdicts_.poll(&verdict_)) {
-                verdict_pending_ = true;
-              } else if (transport_.progress() == 0) {
-                sched_yield();
-              }
-            }
-            if (verdict_pending_) failure = verdict_.failure;
+            failure = peer_failure_cause(failure, stream->index(), stream->sequence_);
           }
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
@@ -692,7 +702,7 @@ void EngineImpl::run() {
       Status health = transport_.health();
       if (!health.is_ok()) {
         transport_failed = true;  // reported once; the engine stays failed
-        fail_engine(health);
+        fail_engine(peer_failure_cause(health, -1, 0));
         continue;
       }
     }
