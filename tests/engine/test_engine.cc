@@ -34,6 +34,16 @@ double cpu_seconds() {
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
+// An f32 sum all-reduce of `in` into `out` (equal sizes).
+CollectiveArgs all_reduce_of(std::vector<float>& in, std::vector<float>& out) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_REDUCE;
+  args.count = in.size();
+  args.sendbuf = in.data();
+  args.recvbuf = out.data();
+  return args;
+}
+
 TEST(Engine, HostFunctionsRunInStreamOrder) {
   expect_ranks_pass(1, [](int rank, int size) {
     Rig rig;
@@ -246,11 +256,7 @@ TEST(Engine, TimeoutNamesTheStoppedRankNotTheNeighbourWaitingOnIt) {
     const pid_t mine = getpid();
     ASSERT_OK(rig.bootstrap->allgather(&mine, pids.data(), sizeof(mine)));
     std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
-    CollectiveArgs args;
-    args.kind = ZRT_COLL_ALL_REDUCE;
-    args.count = in.size();
-    args.sendbuf = in.data();
-    args.recvbuf = out.data();
+    const CollectiveArgs args = all_reduce_of(in, out);
     ASSERT_OK(rig.run(args));  // all three healthy
     ASSERT_OK(rig.bootstrap->barrier());
     if (rank == 2) {
@@ -281,11 +287,7 @@ TEST(Engine, VanishedPeerFailsSurvivorsWithinTimeout) {
     Rig rig;
     ASSERT_OK(rig.init(rank, size, "vanish", 2000));
     std::vector<float> in(1 << 22, 1.0f), out(1 << 22);
-    CollectiveArgs args;
-    args.kind = ZRT_COLL_ALL_REDUCE;
-    args.count = in.size();
-    args.sendbuf = in.data();
-    args.recvbuf = out.data();
+    const CollectiveArgs args = all_reduce_of(in, out);
     ASSERT_OK(rig.run(args));  // all three healthy
     // Out of band, so that rank 2 cannot leave while a peer still finishes the all-reduce above
     // (that peer would then fail there, not in the runs below).
