@@ -6,6 +6,7 @@
 // communicator's progress thread. Wire-up (the create function) runs on the creating thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -63,6 +64,11 @@ class Transport {
   virtual bool arm() = 0;
   // A file descriptor that becomes readable when the transport has work after arm().
   virtual int event_fd() const = 0;
+
+  // When the last message from `peer` arrived (a receive from it completed successfully; the
+  // transport's creation if none has yet). What a timeout reads to name the peers that went
+  // silent (lib/engine/silent_peers.h).
+  virtual std::chrono::steady_clock::time_point last_heard(int peer) const = 0;
 
   // The first asynchronous failure (e.g. a peer's endpoint failed), or ok.
   virtual Status health() const = 0;

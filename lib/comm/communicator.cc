@@ -34,6 +34,13 @@ uint64_t host_hash() {
   return hash;
 }
 
+// What every rank tells the others about its host when the world spans hosts: the hash that
+// groups ranks, and the name (cut to fit) that messages use.
+struct HostRecord {
+  uint64_t hash;
+  char name[56];
+};
+
 // What every rank contributes to a split. Fixed size, so one all-gather carries it.
 struct SplitRecord {
   int32_t color;
@@ -93,6 +100,7 @@ Status Communicator::start_engine() {
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
   engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
   engine_options.two_level_hosts = two_level_hosts();
+  engine_options.host_names = host_names_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
   return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);
 }
@@ -108,10 +116,17 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
   comm->options_ = options;
   if (comm->local_size_ < comm->size_) {
     // The world spans hosts: learn which ranks share one, for the two-level collectives.
-    const uint64_t mine = host_hash();
-    comm->host_ids_.resize(static_cast<size_t>(comm->size_));
-    ZRT_RETURN_IF_ERROR(bootstrap.allgather(&mine, comm->host_ids_.data(), sizeof(mine))
+    // The names go along, for messages that name a peer's host (EngineOptions::host_names).
+    HostRecord mine{};
+    mine.hash = host_hash();
+    (void)gethostname(mine.name, sizeof(mine.name) - 1);
+    std::vector<HostRecord> records(static_cast<size_t>(comm->size_));
+    ZRT_RETURN_IF_ERROR(bootstrap.allgather(&mine, records.data(), sizeof(mine))
                             .with_context("exchanging host names for the host grid"));
+    for (const HostRecord& record : records) {
+      comm->host_ids_.push_back(record.hash);
+      comm->host_names_.emplace_back(record.name, strnlen(record.name, sizeof(record.name)));
+    }
   }
   ZRT_RETURN_IF_ERROR(
       create_ucx_transport(bootstrap, transport_options(comm->options_), &comm->transport_));
@@ -187,7 +202,14 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     ++child->local_size_;
   }
   if (child->local_size_ < child->size_) {
-    for (int old : members) child->host_ids_.push_back(records[old].host);
+    for (int old : members) {
+      child->host_ids_.push_back(records[old].host);
+      // A parent that spans hosts knows their names; one that does not cannot have a child
+      // that does.
+      if (host_names_.size() == static_cast<size_t>(size_)) {
+        child->host_names_.push_back(host_names_[old]);
+      }
+    }
   }
   ZRT_RETURN_IF_ERROR(wire_ucx_transport(std::move(worker), child->rank_, child->size_,
                                          member_addresses, transport_options(child->options_),

@@ -111,6 +111,8 @@ class Communicator {
   // One identifier per rank, equal on the ranks of one host (a hash of the host name); empty
   // when every rank is on this host. Decides the two-level collectives (start_engine).
   std::vector<uint64_t> host_ids_;
+  // The host names behind host_ids_ (same size), for messages (EngineOptions::host_names).
+  std::vector<std::string> host_names_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ProgressEngine> engine_;

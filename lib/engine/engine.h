@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lib/core/settings.h"
 #include "lib/core/status.h"
@@ -97,6 +98,9 @@ struct EngineOptions {
   // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
   // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
   int two_level_hosts = 0;
+  // One host name per rank when the ranks span hosts (the communicator learns them at
+  // creation), else empty: a timeout names the host of each peer that went silent.
+  std::vector<std::string> host_names;
   // While a communicating task is in flight and a turn of the progress thread found nothing to
   // do, it keeps polling the transport (yielding its core each turn) for up to this long before
   // it sleeps, so that a peer's notification arriving meanwhile does not pay a wake-up (tens

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "lib/engine/engine.h"
+#include "lib/engine/peer_beacons.h"
 #include "lib/engine/peer_verdicts.h"
 #include "lib/engine/phase_clock.h"
 #include "lib/engine/stream_resources.h"
@@ -179,6 +180,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
   size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
   PeerVerdicts verdicts_;            // progress thread
+  PeerBeacons beacons_;              // progress thread; stops once the engine failed
   // A peer's verdict waiting until this rank starts the collective it is about (progress
   // thread; see peer_verdicts.h).
   bool verdict_pending_ = false;
@@ -188,6 +190,11 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // that long after it too.
   std::chrono::steady_clock::time_point last_collective_end_;
   bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
+  // This rank failed because a peer did (`failure`, ZRT_REMOTE_ERROR, in collective `sequence`
+  // of `stream`, or -1): a verdict on its way within 50 ms names the cause better and is
+  // returned; otherwise every peer is told `failure` (so that a neighbour seeing this rank
+  // close names the root, not this rank) and it is returned.
+  Status peer_failure_cause(const Status& failure, int stream, uint32_t sequence);
   std::thread thread_;
 };
 

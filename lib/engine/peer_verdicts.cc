@@ -40,8 +40,9 @@ bool PeerVerdicts::poll(Verdict* verdict) {
     const size_t header = offsetof(Message, text);
     if (slot.recv.bytes < header) continue;
     const size_t length = std::min(slot.recv.bytes - header, kVerdictBytes);
-    verdict->failure = Status::error(ZRT_INVALID_USAGE, "rank {} reports: {}", peer,
-                                     std::string(slot.message.text.data(), length));
+    verdict->failure =
+        Status::error(static_cast<zrt_status_t>(slot.message.code), "rank {} reports: {}", peer,
+                      std::string(slot.message.text.data(), length));
     verdict->stream = slot.message.stream;
     verdict->sequence = slot.message.sequence;
     return true;
@@ -57,6 +58,7 @@ void PeerVerdicts::tell(Transport& transport, const Status& failure, int stream,
   const size_t length = std::min(text.size(), kVerdictBytes);
   message_.stream = stream;
   message_.sequence = sequence;
+  message_.code = static_cast<int32_t>(failure.code());
   std::memcpy(message_.text.data(), text.data(), length);
   const size_t bytes = offsetof(Message, text) + length;
   for (int peer = 0; peer < size_; ++peer) {

@@ -7,10 +7,14 @@
 // Each engine keeps one receive posted per peer on kVerdictTag for its whole life (a verdict is
 // at most kVerdictBytes); the rank that finds a mismatch sends the collective's stream and
 // number and its error's message to every peer before its own engine fails, and a rank that
-// receives one fails with "rank R reports: <message>" once it has started that collective
+// receives one fails with "rank R reports: <message>" (and its code) once it has started that
+// collective
 // itself (or at once if it has no such stream, or kHoldMs later): the collectives before it,
 // which its peers completed, still complete here. The receives are cancelled one by one at a normal
-// close (Transport::cancel_recv), so the transport still says its farewells. Progress thread only.
+// close (Transport::cancel_recv), so the transport still says its farewells. A rank that fails
+// because a peer failed tells its peers too (EngineImpl::peer_failure_cause): a survivor that
+// then closes looks dead to its own neighbours, and they would otherwise name it, not the rank
+// that died. Progress thread only.
 #pragma once
 
 #include <array>
@@ -56,6 +60,7 @@ class PeerVerdicts {
   struct Message {
     int32_t stream = -1;
     uint32_t sequence = 0;
+    int32_t code = ZRT_INVALID_USAGE;  // the failure's zrt_status_t
     std::array<char, kVerdictBytes> text{};
   };
   struct Slot {

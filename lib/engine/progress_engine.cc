@@ -38,6 +38,7 @@
 #include "lib/core/settings.h"
 #include "lib/engine/engine_impl.h"
 #include "lib/engine/local_tasks.h"
+#include "lib/engine/silent_peers.h"
 #include "transports/transport.h"
 
 namespace zrt {
@@ -437,8 +438,15 @@ bool EngineImpl::check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& 
     if (idle >= timeout) {
       const Task& task = *stream->running_;
       std::string waiting = task.waiting_on();
-      fail_engine(Status::error(ZRT_TIMEOUT, "{} on stream {} made no progress for {} ms{}",
+      // The rank waited on is often a neighbour that waits like this one; the peers that went
+      // silent towards everyone are the likely cause, so they come first.
+      std::vector<std::chrono::steady_clock::time_point> heard(static_cast<size_t>(options_.size));
+      for (int peer = 0; peer < options_.size; ++peer) heard[peer] = transport_.last_heard(peer);
+      std::string silent = describe_silent_peers(
+          heard, now, options_.rank, silence_threshold(options_.timeout_ms), options_.host_names);
+      fail_engine(Status::error(ZRT_TIMEOUT, "{} on stream {} made no progress for {} ms{}{}",
                                 task.describe(), stream->index(), options_.timeout_ms,
+                                silent.empty() ? "" : "; " + silent,
                                 waiting.empty() ? "" : "; waiting on " + waiting));
       return true;
     }
@@ -498,6 +506,26 @@ bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& str
   return true;  // no such stream here
 }
 
+Status EngineImpl::peer_failure_cause(const Status& failure, int stream, uint32_t sequence) {
+  // A peer that failed and went (a mismatch it found, a death it saw) told every rank why just
+  // before: its verdict names the cause, our error only the peer's end. A moment for it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
+    if (verdicts_.poll(&verdict_)) {
+      verdict_pending_ = true;
+    } else if (transport_.progress() == 0) {
+      sched_yield();
+    }
+  }
+  if (verdict_pending_) {
+    verdict_pending_ = false;
+    return verdict_.failure;
+  }
+  // None came: this rank saw the failure first, and tells the others before it closes.
+  verdicts_.tell(transport_, failure, stream, sequence);
+  return failure;
+}
+
 TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence) {
   TaskContext context{transport_,         options_.rank,  options_.size, tag_base,
                       &stream.resources_, stream.index(), sequence,      options_.check_order == 1};
@@ -509,8 +537,12 @@ void EngineImpl::run() {
   log_set_thread_rank(options_.rank);
   {
     Status posted = verdicts_.post(transport_, options_.rank, options_.size);
+    if (posted.is_ok()) {
+      posted = beacons_.start(transport_, options_.rank, options_.size, options_.timeout_ms);
+    }
     if (!posted.is_ok()) fail_engine(posted);
   }
+  std::chrono::milliseconds beacon_due{0};  // until the next beacons (PeerBeacons::tick)
   auto last_yield = std::chrono::steady_clock::now();
   const auto busy_poll = std::chrono::microseconds(options_.busy_poll_us);
   bool polling = false;  // in the bounded poll, since poll_since
@@ -523,9 +555,11 @@ void EngineImpl::run() {
     bool advanced = false;
     bool cancel = false;
     bool exit_now = false;
+    bool engine_failed = false;
     Status cancel_reason;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      engine_failed = failed_;
       if (seen_version != streams_version_) {
         active = streams_;
         retired.insert(retired.end(), retired_.begin(), retired_.end());
@@ -619,17 +653,7 @@ void EngineImpl::run() {
           if (task.tell_peers()) {
             verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
           } else if (failure.code() == ZRT_REMOTE_ERROR) {
-            // A peer that found a mismatch fails and goes: its verdict names the calls, our
-            // error only the peer's end. It left before its end was noticed; a moment for it.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-            while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
-              if (verdicts_.poll(&verdict_)) {
-                verdict_pending_ = true;
-              } else if (transport_.progress() == 0) {
-                sched_yield();
-              }
-            }
-            if (verdict_pending_) failure = verdict_.failure;
+            failure = peer_failure_cause(failure, stream->index(), stream->sequence_);
           }
           fail_engine(failure);  // cancels the transport before any task is dropped
         } else {
@@ -678,10 +702,12 @@ void EngineImpl::run() {
       Status health = transport_.health();
       if (!health.is_ok()) {
         transport_failed = true;  // reported once; the engine stays failed
-        fail_engine(health);
+        fail_engine(peer_failure_cause(health, -1, 0));
         continue;
       }
     }
+    // A failed engine has cancelled its transport's operations and sends no more beacons.
+    if (!engine_failed) beacon_due = beacons_.tick(transport_, std::chrono::steady_clock::now());
     if (advanced) {
       polling = false;
       const auto now = std::chrono::steady_clock::now();
@@ -717,6 +743,8 @@ void EngineImpl::run() {
     polling = false;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
+    if (!engine_failed)
+      sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, beacon_due.count()));
     for (const auto& stream : active) {
       if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
         sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
@@ -740,6 +768,7 @@ void EngineImpl::run() {
     }
   }
   verdicts_.close(transport_);
+  beacons_.close(transport_);
   for (const auto& stream : active) {
     stream->running_.reset();
     stream->next_.reset();

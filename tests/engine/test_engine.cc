@@ -1,7 +1,9 @@
 // The progress engine over a real UCX transport: stream order, events, sticky failures and their
-// propagation through events, abort, no-progress timeouts, a vanished peer, shutdown.
+// propagation through events, abort, no-progress timeouts (naming the rank that went silent), a
+// vanished peer, shutdown.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -30,6 +32,16 @@ double cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+// An f32 sum all-reduce of `in` into `out` (equal sizes).
+CollectiveArgs all_reduce_of(std::vector<float>& in, std::vector<float>& out) {
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_REDUCE;
+  args.count = in.size();
+  args.sendbuf = in.data();
+  args.recvbuf = out.data();
+  return args;
 }
 
 TEST(Engine, HostFunctionsRunInStreamOrder) {
@@ -233,16 +245,49 @@ TEST(Engine, NoProgressTimesOutNamingTheCallAndPeer) {
   });
 }
 
+// Rank 2 stops (SIGSTOP: alive, its connections open, silent) before a ring all-reduce. Ranks 0
+// and 1 time out; whichever neighbour each waits on, both name rank 2 as the one whose traffic
+// stopped, since its beacons stopped too while each other's kept coming.
+TEST(Engine, TimeoutNamesTheStoppedRankNotTheNeighbourWaitingOnIt) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "silent", 1500));
+    std::vector<pid_t> pids(static_cast<size_t>(size));
+    const pid_t mine = getpid();
+    ASSERT_OK(rig.bootstrap->allgather(&mine, pids.data(), sizeof(mine)));
+    std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
+    const CollectiveArgs args = all_reduce_of(in, out);
+    ASSERT_OK(rig.run(args));  // all three healthy
+    ASSERT_OK(rig.bootstrap->barrier());
+    if (rank == 2) {
+      kill(mine, SIGSTOP);  // until rank 0 or 1 sends SIGCONT
+      ASSERT_OK(rig.bootstrap->barrier());
+      return;
+    }
+    Status status = rig.run(args);
+    EXPECT_EQ(status.code(), ZRT_TIMEOUT) << status.message();
+    EXPECT_NE(status.message().find("made no progress for 1500 ms; no traffic from rank 2 for "),
+              std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find("(it died, is unreachable or stopped; every other rank was "
+                                    "heard from within"),
+              std::string::npos)
+        << status.message();
+    EXPECT_NE(status.message().find("; waiting on rank "), std::string::npos) << status.message();
+    // The other survivor times out within milliseconds of this one (both waited since the
+    // barrier); a second later it has, and rank 2 may speak again.
+    usleep(1000 * 1000);
+    kill(pids[2], SIGCONT);
+    ASSERT_OK(rig.bootstrap->barrier());
+  });
+}
+
 TEST(Engine, VanishedPeerFailsSurvivorsWithinTimeout) {
   std::vector<RankOutcome> outcomes = run_ranks(3, [](int rank, int size) {
     Rig rig;
     ASSERT_OK(rig.init(rank, size, "vanish", 2000));
     std::vector<float> in(1 << 22, 1.0f), out(1 << 22);
-    CollectiveArgs args;
-    args.kind = ZRT_COLL_ALL_REDUCE;
-    args.count = in.size();
-    args.sendbuf = in.data();
-    args.recvbuf = out.data();
+    const CollectiveArgs args = all_reduce_of(in, out);
     ASSERT_OK(rig.run(args));  // all three healthy
     // Out of band, so that rank 2 cannot leave while a peer still finishes the all-reduce above
     // (that peer would then fail there, not in the runs below).

@@ -160,7 +160,8 @@ class UcxTransport final : public Transport {
         name_(options.name != nullptr ? options.name : "zrt"),
         endpoints_(size, nullptr),
         slots_(size),
-        peer_failed_(size) {}
+        peer_failed_(size),
+        last_heard_(size, Clock::now()) {}
 
   ~UcxTransport() override;
 
@@ -177,6 +178,9 @@ class UcxTransport final : public Transport {
   unsigned progress() override;
   bool arm() override;
   int event_fd() const override { return event_fd_; }
+  Clock::time_point last_heard(int peer) const override {
+    return peer >= 0 && peer < size_ ? last_heard_[peer] : Clock::time_point{};
+  }
   Status health() const override { return health_; }
   void cancel_all(const Status& reason) override;
   void cancel_recv(TransportCompletion* completion, const Status& reason) override;
@@ -223,7 +227,8 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;
   std::vector<ucp_ep_h> endpoints_;
   std::vector<PeerSlot> slots_;
-  std::vector<Status> peer_failed_;  // non-ok once the peer's endpoint reported an error
+  std::vector<Status> peer_failed_;            // non-ok once the peer's endpoint reported an error
+  std::vector<Clock::time_point> last_heard_;  // per peer: its last message's arrival
   bool pending_peer_failure_ = false;
   bool closing_ = false;    // farewell/close under way
   bool cancelled_ = false;  // cancel_all ran: the owner gave up on this communicator
@@ -432,6 +437,7 @@ void UcxTransport::complete(UcxOp* op, ucs_status_t status, size_t received) {
     } else if (status == UCS_OK) {
       completion->status = Status::ok();
       completion->bytes = op->is_recv ? received : op->bytes;
+      if (op->is_recv) last_heard_[op->peer] = Clock::now();
     } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
       completion->status = Status::error(
           ZRT_INVALID_USAGE,
