@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct Rig {
   // communicator of ranks on one host runs them; false runs the tagged-message rings that
   // ranks on several hosts use. ZRT_WINDOWS=0 in the environment turns the default off.
   bool windows = windows_default();
+  // Forces an algorithm (EngineOptions::all_reduce_algorithm, as ZRT_ALGO does); unset: ZRT_ALGO.
+  std::optional<AllReduceAlgorithm> algorithm;
+  int check_order = -1;  // EngineOptions::check_order: -1 = ZRT_CHECK / the build's default
 
   static bool windows_default() {
     const char* value = std::getenv("ZRT_WINDOWS");
@@ -48,6 +52,8 @@ struct Rig {
     engine_options.size = size;
     engine_options.timeout_ms = timeout_ms;
     engine_options.peer_windows = windows && size > 1;
+    engine_options.all_reduce_algorithm = algorithm;
+    engine_options.check_order = check_order;
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
     for (int i = 0; i < stream_count; ++i) {
       Stream* stream = nullptr;
