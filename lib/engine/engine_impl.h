@@ -32,10 +32,12 @@ inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
 // The largest collective (nccl-tests' size) that the bounded poll serves
 // (EngineOptions::busy_poll_us): the small and medium messages.
 inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
-// How long the progress thread sleeps at most between looks at a task that waits on memory
-// (Task::waits_on_memory): 1 ms at first, growing with the wait to this, so that a rank waiting
-// long for a late peer stays under 1% of a core.
-inline constexpr int kMemoryWaitMaxSleepMs = 4;
+// How long the progress thread sleeps between looks at a task that waits on memory
+// (Task::waits_on_memory): 1 ms at first, then an eighth of the wait so far, at most this, so
+// that a rank waiting long for a late peer stays under 1% of a core (each look costs tens of
+// microseconds on a loaded host) and arrives at most 1/8 of its wait late.
+inline constexpr int kMemoryWaitMaxSleepMs = 20;
+inline constexpr int kMemoryWaitSleepDivisor = 8;
 // The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this.
 inline constexpr int kInlineSpinFactor = 4;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);

@@ -756,8 +756,8 @@ void EngineImpl::run() {
         // Peers' stores wake nothing: look again soon, less often the longer the wait.
         const auto waited =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - stream->last_advance_);
-        const int interval =
-            static_cast<int>(std::clamp<int64_t>(waited.count() / 16, 1, kMemoryWaitMaxSleepMs));
+        const int interval = static_cast<int>(std::clamp<int64_t>(
+            waited.count() / kMemoryWaitSleepDivisor, 1, kMemoryWaitMaxSleepMs));
         sleep_ms = std::min(sleep_ms, interval);
       }
     }

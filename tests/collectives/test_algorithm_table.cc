@@ -114,15 +114,14 @@ TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
   // An unavailable algorithm, forced or in the file, is passed over.
   EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8), "oneshot");
   EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
-  const AlgorithmTable one_shot = parsed("all_reduce * * oneshot
-");
-  EXPECT_STREQ(choose_algorithm("", &one_shot, TableOp::kAllReduce, 2, 1 << 20, "oneshot"),
-               "ring");
+  const AlgorithmTable one_shot = parsed("all_reduce * * oneshot\n");
+  EXPECT_STREQ(choose_algorithm("", &one_shot, TableOp::kAllReduce, 2, 1 << 20, "oneshot"), "ring");
   // ZRT_ALGO wins for the ops that have its algorithm, and leaves the others to the tables.
   EXPECT_STREQ(choose_algorithm("ring", &table, TableOp::kAllReduce, 2, 8), "ring");
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllReduce, 2, 2 << 20), "direct");
-  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "ring");
-  EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8), "ring");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "oneshot");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8, "oneshot"), "ring");
 }
 
 TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {

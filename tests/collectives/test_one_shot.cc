@@ -250,8 +250,9 @@ TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
 }
 
 // A peer that never calls: the others' one-shot wait ends in ZRT_TIMEOUT within the timeout
-// (plus the engine's look interval and a loaded host's margin), and a dead peer's the same or
-// sooner through the transport's verdict.
+// (plus the engine's look interval and a loaded host's margin; a survivor may hear first that
+// the other timed out and left: ZRT_REMOTE_ERROR), and a dead peer's the same or sooner
+// through the transport's verdict.
 void late_or_dead_peer(bool dies) {
   RankOptions options;
   options.deadline_ms = 60000;
@@ -266,6 +267,8 @@ void late_or_dead_peer(bool dies) {
           ASSERT_OK(rig.run(make_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32)));
         }
         if (rank == 2) {
+          // A moment for the others' last warm-up call to return before this rank goes.
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
           if (dies) _exit(0);
           std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs * 2));
           return;
@@ -276,7 +279,9 @@ void late_or_dead_peer(bool dies) {
                               std::chrono::steady_clock::now() - start)
                               .count();
         ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": no error without rank 2";
-        if (!dies) EXPECT_EQ(status.code(), ZRT_TIMEOUT) << status.message();
+        // The first survivor to time out leaves; the other may hear of that first.
+        EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
+            << status.message();
         EXPECT_LT(took, kTimeoutMs + 1500) << status.message();
       },
       options);
