@@ -16,6 +16,20 @@
 
 namespace zrt::testing {
 
+// A collective's arguments with the fields most tests set.
+inline CollectiveArgs collective_args(zrt_coll_kind_t kind, const void* send, void* recv,
+                                      size_t count, zrt_dtype_t dtype = ZRT_F32,
+                                      zrt_op_t op = ZRT_SUM) {
+  CollectiveArgs args;
+  args.kind = kind;
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  return args;
+}
+
 struct Rig {
   int rank = 0;
   int size = 1;

@@ -62,18 +62,6 @@ std::vector<char> rank_order_sum(zrt_dtype_t dtype, int size, size_t count, size
   return out;
 }
 
-CollectiveArgs make_args(zrt_coll_kind_t kind, const void* send, void* recv, size_t count,
-                         zrt_dtype_t dtype, zrt_op_t op = ZRT_SUM) {
-  CollectiveArgs args;
-  args.kind = kind;
-  args.sendbuf = send;
-  args.recvbuf = recv;
-  args.count = count;
-  args.dtype = dtype;
-  args.op = op;
-  return args;
-}
-
 // One collective of `kind`, checked on this rank; in place when `in_place`.
 void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, bool in_place,
                zrt_op_t op, bool integral) {
@@ -84,7 +72,7 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
       fmt::format("{} {} x {} {} N={}", coll_kind_name(kind), count, dtype_name(dtype),
                   in_place ? "in place" : "out of place", size);
   if (count == 0) {  // nothing to compare; the call still takes its slot and sequence number
-    ASSERT_OK(rig.run(make_args(kind, nullptr, nullptr, 0, dtype, op)));
+    ASSERT_OK(rig.run(collective_args(kind, nullptr, nullptr, 0, dtype, op)));
     return;
   }
   if (kind == ZRT_COLL_ALL_GATHER) {
@@ -95,7 +83,7 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
       std::memcpy(out.data() + rank * count * esize, mine.data(), mine.size());
       send = out.data() + rank * count * esize;
     }
-    ASSERT_OK(rig.run(make_args(kind, send, out.data(), count, dtype)));
+    ASSERT_OK(rig.run(collective_args(kind, send, out.data(), count, dtype)));
     for (int r = 0; r < size; ++r) {
       const std::vector<char> theirs = inputs(dtype, r, count, integral);
       ASSERT_EQ(std::memcmp(out.data() + r * count * esize, theirs.data(), theirs.size()), 0)
@@ -108,7 +96,7 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
     std::vector<char> in = inputs(dtype, rank, count, integral);
     std::vector<char> out(count * esize, 0x5a);
     void* recv = in_place ? in.data() : out.data();
-    ASSERT_OK(rig.run(make_args(kind, in.data(), recv, count, dtype, op)));
+    ASSERT_OK(rig.run(collective_args(kind, in.data(), recv, count, dtype, op)));
     const std::vector<char> expected = rank_order_sum(dtype, size, count, 0, scale, integral);
     ASSERT_EQ(std::memcmp(recv, expected.data(), expected.size()), 0) << what;
     return;
@@ -116,7 +104,7 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
   std::vector<char> in = inputs(dtype, rank, count * n, integral);
   std::vector<char> out(count * esize, 0x5a);
   void* recv = in_place ? in.data() + rank * count * esize : out.data();
-  ASSERT_OK(rig.run(make_args(kind, in.data(), recv, count, dtype, op)));
+  ASSERT_OK(rig.run(collective_args(kind, in.data(), recv, count, dtype, op)));
   const std::vector<char> expected =
       rank_order_sum(dtype, size, count, rank * count, scale, integral);
   ASSERT_EQ(std::memcmp(recv, expected.data(), expected.size()), 0) << what;
@@ -183,13 +171,13 @@ void back_to_back(int rank, int size) {
     for (size_t i = 0; i < ins[call].size(); ++i) {
       ins[call][i] = static_cast<int32_t>((i + static_cast<size_t>(call) * 31 + rank * 5) % 1000);
     }
-    ASSERT_OK(
-        enqueue_collective(rig.stream(), rank, size,
-                           make_args(kind, ins[call].data(), outs[call].data(), kCount, ZRT_I32)));
+    ASSERT_OK(enqueue_collective(
+        rig.stream(), rank, size,
+        collective_args(kind, ins[call].data(), outs[call].data(), kCount, ZRT_I32)));
     if (call % 50 == 49) {
       ASSERT_OK(enqueue_collective(
           rig.stream(), rank, size,
-          make_args(ZRT_COLL_ALL_REDUCE, big_in.data(), big_out.data(), big, ZRT_I32)));
+          collective_args(ZRT_COLL_ALL_REDUCE, big_in.data(), big_out.data(), big, ZRT_I32)));
     }
   }
   ASSERT_OK(rig.stream().synchronize());
@@ -227,14 +215,15 @@ TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
     ASSERT_OK(rig.init(rank, size, "one_shot_inline"));
     constexpr size_t kCount = 512;
     std::vector<float> in(kCount, static_cast<float>(rank + 1)), out(kCount);
-    ASSERT_OK(rig.run(make_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
+    ASSERT_OK(
+        rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
     rig.engine->counters().reset();
     int inline_done = 0;
     constexpr int kCalls = 200;
     for (int call = 0; call < kCalls; ++call) {
       ASSERT_OK(enqueue_collective(
           rig.stream(), rank, size,
-          make_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
+          collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
       if (rig.stream().query().is_ok()) ++inline_done;
       ASSERT_OK(rig.stream().synchronize());
       ASSERT_EQ(out[kCount - 1], 3.0f);
@@ -264,7 +253,8 @@ void late_or_dead_peer(bool dies) {
         ASSERT_OK(rig.init(rank, size, dies ? "one_shot_dead" : "one_shot_late", kTimeoutMs));
         std::vector<float> in(64, 1.0f), out(64);
         for (int i = 0; i < 5; ++i) {
-          ASSERT_OK(rig.run(make_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32)));
+          ASSERT_OK(
+              rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32)));
         }
         if (rank == 2) {
           // A moment for the others' last warm-up call to return before this rank goes.
@@ -274,7 +264,8 @@ void late_or_dead_peer(bool dies) {
           return;
         }
         const auto start = std::chrono::steady_clock::now();
-        Status status = rig.run(make_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32));
+        Status status =
+            rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32));
         const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now() - start)
                               .count();
