@@ -32,7 +32,8 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   ASSERT_FALSE(builtin.rows().empty());
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 64 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 16, 8), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 8, 8), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 9, 8), "ring");
   // Across hosts (oneshot unavailable) the rows behind it.
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot"), "direct");
