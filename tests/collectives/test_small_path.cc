@@ -29,14 +29,7 @@ double process_cpu_seconds() {
 }
 
 CollectiveArgs all_reduce(const int32_t* send, int32_t* recv, size_t count) {
-  CollectiveArgs args;
-  args.kind = ZRT_COLL_ALL_REDUCE;
-  args.sendbuf = send;
-  args.recvbuf = recv;
-  args.count = count;
-  args.dtype = ZRT_I32;
-  args.op = ZRT_SUM;
-  return args;
+  return collective_args(ZRT_COLL_ALL_REDUCE, send, recv, count, ZRT_I32);
 }
 
 constexpr auto kIdle = std::chrono::milliseconds(1500);
