@@ -23,15 +23,29 @@ constexpr AlgorithmInfo kAlgorithms[] = {
     {TableOp::kAllReduce, "direct",
      "every rank sends its input to every other in one round, reduced in rank order"},
     {TableOp::kAllReduce, "rd", "recursive doubling"},
+    {TableOp::kReduceScatter, "oneshot",
+     "one host: every rank reads its block of every peer's input out of the peers' mapped "
+     "arenas, reduced in rank order"},
+    {TableOp::kAllGather, "oneshot",
+     "one host: every rank copies every peer's block out of the peers' mapped arenas"},
+    {TableOp::kAllReduce, "oneshot",
+     "one host: every rank reduces every peer's input out of the peers' mapped arenas, in rank "
+     "order"},
 };
 
-// Crossovers measured on the development machine (2 cores, one host). Direct exchange up to
-// 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks), ring otherwise.
+// Crossovers measured on the development machine (2 cores, one host). One-shot through the
+// mapped arenas (one host only; elsewhere these rows are passed over) up to 256 KiB at the rank
+// counts measured (2 and 4 timed, 8 tested; each rank reads all N - 1 peers' inputs); direct
+// exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks),
+// ring otherwise.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
+all_reduce        2-8    0-256K  oneshot
 all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
+reduce_scatter    2-8    0-256K  oneshot
 reduce_scatter    *      *       ring
+all_gather        2-8    0-256K  oneshot
 all_gather        *      *       ring
 )";
 
@@ -236,9 +250,10 @@ const AlgorithmTable& AlgorithmTable::builtin() {
   return table;
 }
 
-const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes) const {
+const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes,
+                                 std::string_view unavailable) const {
   for (const AlgorithmRow& row : rows_) {
-    if (row.matches(op, ranks, bytes)) return row.algorithm.c_str();
+    if (row.matches(op, ranks, bytes) && row.algorithm != unavailable) return row.algorithm.c_str();
   }
   return nullptr;
 }
@@ -255,14 +270,16 @@ std::string AlgorithmTable::format() const {
 }
 
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes) {
+                             int ranks, uint64_t bytes, std::string_view unavailable) {
   for (const AlgorithmInfo& info : kAlgorithms) {
-    if (info.op == op && forced == info.name) return info.name;
+    if (info.op == op && forced == info.name && forced != unavailable) return info.name;
   }
   if (table != nullptr) {
-    if (const char* name = table->find(op, ranks, bytes)) return name;
+    if (const char* name = table->find(op, ranks, bytes, unavailable)) return name;
   }
-  if (const char* name = AlgorithmTable::builtin().find(op, ranks, bytes)) return name;
+  if (const char* name = AlgorithmTable::builtin().find(op, ranks, bytes, unavailable)) {
+    return name;
+  }
   for (const AlgorithmInfo& info : kAlgorithms) {
     if (info.op == op) return info.name;
   }
@@ -279,6 +296,8 @@ const char* algorithm_name(AllReduceAlgorithm algorithm) {
       return "direct";
     case AllReduceAlgorithm::kRecursiveDoubling:
       return "rd";
+    case AllReduceAlgorithm::kOneShot:
+      return "oneshot";
   }
   return "?";
 }

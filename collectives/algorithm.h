@@ -73,8 +73,8 @@ class AlgorithmTable {
   // The built-in table (kBuiltinTable in algorithm.cc), parsed once.
   static const AlgorithmTable& builtin();
 
-  // The first matching row's algorithm, or nullptr when none matches.
-  const char* find(TableOp op, int ranks, uint64_t bytes) const;
+  // The first matching row's algorithm that is not `unavailable`, or nullptr when none matches.
+  const char* find(TableOp op, int ranks, uint64_t bytes, std::string_view unavailable = {}) const;
   const std::vector<AlgorithmRow>& rows() const { return rows_; }
   void add(AlgorithmRow row) { rows_.push_back(std::move(row)); }
 
@@ -88,10 +88,15 @@ class AlgorithmTable {
 // The algorithm a collective runs: `forced` (ZRT_ALGO's name; "" or "auto" for none) when the op
 // has it, else the first match in `table` (nullptr: none), else in the built-in table, else the
 // op's fallback. `bytes` as the table measures it (see above).
+// `unavailable` names an algorithm this call cannot run (the one-shot one across hosts or
+// beyond its slot): rows naming it are passed over, and forcing it falls back to the table.
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes);
+                             int ranks, uint64_t bytes, std::string_view unavailable = {});
 
-// "auto", "ring", "direct" or "rd" (recursive doubling), as ZRT_ALGO names them.
+// The one-shot algorithm's name (collectives/one_shot.h), for all three ops.
+inline constexpr std::string_view kOneShotAlgorithm = "oneshot";
+
+// "auto", "ring", "direct", "rd" (recursive doubling) or "oneshot", as ZRT_ALGO names them.
 const char* algorithm_name(AllReduceAlgorithm algorithm);
 
 }  // namespace zrt

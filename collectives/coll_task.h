@@ -88,6 +88,16 @@ class CollTask final : public Task {
   void set_trace(const TraceCall& call) { trace_ = call; }
   TraceCall trace_call() const override { return trace_; }
   void set_internal() { internal_ = true; }
+  // The data moves through memory the peers map (one_shot.h): once the stream's arena is mapped
+  // the task may run on the submitting thread (Task::runs_inline), and the progress thread looks
+  // again at short intervals while it waits (Task::waits_on_memory). Its phase compares every
+  // peer's fingerprint before using the peer's data, so the order checker's messages are
+  // skipped (and with them its lookahead, wants_prepare).
+  void set_memory_path() { memory_path_ = true; }
+  bool runs_inline(const StreamResources& resources) const override {
+    return memory_path_ && resources.one_shot.ready;
+  }
+  bool waits_on_memory() const override { return memory_path_; }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
   void set_fingerprint(const OrderFingerprint& fingerprint) {
     check_.set_fingerprint(fingerprint);
@@ -110,7 +120,9 @@ class CollTask final : public Task {
   std::string waiting_on() const override;
   // Lookahead (Task::prepare): a checked collective posts its fingerprints while the one before
   // it on the stream still moves data.
-  bool wants_prepare() const override { return !local_ && check_.has_fingerprint(); }
+  bool wants_prepare() const override {
+    return !local_ && !memory_path_ && check_.has_fingerprint();
+  }
   Status prepare(TaskContext& context) override;
   bool ready_for_next() const override { return check_.active() && phases_started_; }
   bool tell_peers() const override { return tell_peers_; }
@@ -145,6 +157,7 @@ class CollTask final : public Task {
   bool p2p_is_send_;
   bool local_ = false;
   bool internal_ = false;
+  bool memory_path_ = false;
   std::array<std::unique_ptr<Phase>, 2> phases_;
   int phase_count_ = 0;
   int phase_index_ = 0;

@@ -11,6 +11,7 @@
 #include "collectives/collectives.h"
 #include "collectives/direct_all_reduce.h"
 #include "collectives/local_copy.h"
+#include "collectives/one_shot.h"
 #include "collectives/order_check.h"
 #include "collectives/point_to_point.h"
 #include "collectives/recursive_doubling_all_reduce.h"
@@ -288,17 +289,27 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));
   const uint64_t table_bytes =
       args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
+  // One-shot collectives need every rank's arena mapped (one host) and the deposit to fit a slot.
+  const bool one_shot =
+      windows && !two_level &&
+      OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
   auto choose = [&](TableOp op) {
-    const char* algorithm =
-        choose_algorithm(forced, options.algorithm_table.get(), op, size, table_bytes);
+    const char* algorithm = choose_algorithm(forced, options.algorithm_table.get(), op, size,
+                                             table_bytes, one_shot ? "" : kOneShotAlgorithm);
     ZRT_LOG_DEBUG("{} of {} bytes on {} ranks: {} algorithm", table_op_name(op), table_bytes, size,
                   algorithm);
     return std::string_view(algorithm);
   };
+  auto add_one_shot = [&](const void* input, void* output) {
+    task->add_phase(std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec));
+    task->set_memory_path();
+  };
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
       const std::string_view algorithm = choose(TableOp::kAllReduce);
-      if (algorithm == "direct") {
+      if (algorithm == kOneShotAlgorithm) {
+        add_one_shot(send, recv);
+      } else if (algorithm == "direct") {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == "rd") {
         task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
@@ -327,6 +338,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     }
     case ZRT_COLL_REDUCE_SCATTER: {
       const std::string_view algorithm = choose(TableOp::kReduceScatter);
+      if (algorithm == kOneShotAlgorithm) {
+        add_one_shot(send, recv);
+        break;
+      }
       if (algorithm != "ring") {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no reduce_scatter algorithm '{}'", name,
                              algorithm);
@@ -345,6 +360,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     }
     case ZRT_COLL_ALL_GATHER: {
       const std::string_view algorithm = choose(TableOp::kAllGather);
+      if (algorithm == kOneShotAlgorithm) {
+        add_one_shot(send, recv);
+        break;
+      }
       if (algorithm != "ring") {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_gather algorithm '{}'", name,
                              algorithm);

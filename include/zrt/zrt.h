@@ -282,8 +282,9 @@ typedef struct zrt_event* zrt_event_t;
 /* Creates a stream for buffers of memory kind `kind`. Local (ZRT_MEM_CUDA: the communicator's
  * first CUDA stream is collective, see the CUDA section). A communicator holds at most 1024
  * live streams. A host stream's staging memory is taken at its first collective (a pooled 4 MiB
- * scratch while it runs collectives, plus its own 2 MiB window inbox), so that collective may
- * fail with ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind), ZRT_INVALID_USAGE (1024
+ * scratch while it runs collectives, plus its own 2 MiB window inbox and, on one host, its 2 MiB
+ * one-shot arena at its first small collective), so that collective may fail with
+ * ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind), ZRT_INVALID_USAGE (1024
  * live streams already), ZRT_UNSUPPORTED (kind not built in, no usable device). */
 ZRT_API zrt_status_t zrt_stream_create(zrt_comm_t comm, zrt_mem_kind_t kind, zrt_stream_t* stream);
 
@@ -323,7 +324,10 @@ ZRT_API zrt_status_t zrt_event_synchronize(zrt_event_t event);
  * Collectives and point-to-point
  *
  * Enqueued on `stream` (NULL = the default stream); they return at once, and the stream (or an
- * event recorded after the call) reports their completion. Counts are in elements of dtype.
+ * event recorded after the call) reports their completion. On one host a small collective on an
+ * idle host stream runs in the call itself for at most about 200 us (4 x the bounded poll),
+ * completing there when its peers are there too, else continuing on the progress thread; the
+ * buffers' rules are the same either way. Counts are in elements of dtype.
  * Buffers follow NCCL's conventions:
  *  - reduce_scatter: sendbuf holds size * recvcount elements, recvbuf recvcount; in place when
  *    recvbuf == sendbuf + rank * recvcount.

@@ -39,8 +39,10 @@ constexpr SettingSpec kSpecs[] = {
      .name = "ZRT_ALGO",
      .type = SettingType::kEnum,
      .default_value = "auto",
-     .doc = "all-reduce algorithm: auto chooses by size and rank count; the others force one",
-     .accepts = "auto|ring|rd|direct"},
+     .doc = "collective algorithm: auto chooses by size and rank count; the others force one "
+            "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host "
+            "and up to its 1 MiB slot)",
+     .accepts = "auto|ring|rd|direct|oneshot"},
     // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
     {.id = SettingId::kAlgoTable,
      .name = "ZRT_ALGO_TABLE",
@@ -300,6 +302,7 @@ AllReduceAlgorithm all_reduce_algorithm(const std::string& name) {
   if (name == "ring") return AllReduceAlgorithm::kRing;
   if (name == "direct") return AllReduceAlgorithm::kDirect;
   if (name == "rd") return AllReduceAlgorithm::kRecursiveDoubling;
+  if (name == "oneshot") return AllReduceAlgorithm::kOneShot;
   return AllReduceAlgorithm::kAuto;
 }
 

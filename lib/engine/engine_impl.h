@@ -33,6 +33,14 @@ inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
 // The largest collective (nccl-tests' size) that the bounded poll serves
 // (EngineOptions::busy_poll_us): the small and medium messages.
 inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
+// How long the progress thread sleeps between looks at a task that waits on memory
+// (Task::waits_on_memory): 1 ms at first, then an eighth of the wait so far, at most this, so
+// that a rank waiting long for a late peer stays under 1% of a core (each look costs tens of
+// microseconds on a loaded host) and arrives at most 1/8 of its wait late.
+inline constexpr int kMemoryWaitMaxSleepMs = 20;
+inline constexpr int kMemoryWaitSleepDivisor = 8;
+// The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this.
+inline constexpr int kInlineSpinFactor = 4;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
 
 class StreamImpl final : public Stream {
@@ -71,6 +79,15 @@ class StreamImpl final : public Stream {
   std::atomic<bool> running_small_{false};
   StreamResources resources_;
 
+  // Inline execution (inline_run.cc), guarded by the engine's mu_: the submitting thread runs a
+  // task of this stream (the progress thread starts nothing of it meanwhile); a task it started
+  // but did not finish within its spin waits in handed_off_ for the progress thread, which
+  // continues it without calling start() again (resumed_, progress thread only).
+  bool inline_busy_ = false;
+  std::unique_ptr<Task> handed_off_;
+  std::chrono::steady_clock::time_point handed_off_start_;
+  bool resumed_ = false;
+
  private:
   EngineImpl& engine_;
   const int index_;
@@ -99,6 +116,11 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   ~EngineImpl() override;
 
   Status init();  // creates the wake fd and starts the thread
+
+  // Runs `task` on the calling thread when its stream is idle and the task runs_inline
+  // (inline_run.cc): true when it took the task (completed, or handed to the progress thread),
+  // false when the caller must enqueue it as usual (then `task` is untouched).
+  bool run_inline(StreamImpl& stream, std::unique_ptr<Task>& task);
 
   Status create_stream(zrt_mem_kind_t kind, Stream** stream) override;
   Status destroy_stream(Stream* stream) override;

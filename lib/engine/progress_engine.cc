@@ -252,6 +252,7 @@ void EngineImpl::fail_stream_locked(StreamImpl& stream, const Status& reason) {
     stream.error_ = reason;
   }
   stream.queue_.clear();
+  stream.handed_off_.reset();  // started inline: it posted no transport operation
 }
 
 void EngineImpl::fail_engine(const Status& reason) {
@@ -316,6 +317,11 @@ Status EngineImpl::start_task(StreamImpl& stream) {
   stream.last_advance_ = stream.start_time_;
   stream.last_marker_ = task.progress_count();
   stream.started_ = true;
+  if (stream.resumed_) {
+    // Started on the submitting thread (inline_run.cc), which recorded its start.
+    stream.start_time_ = stream.handed_off_start_;
+    return Status::ok();
+  }
   recorder_.started(task.trace_ticket, stream.sequence_);
   TaskContext context = context_for(stream, stream.tag_base_, stream.sequence_);
   return task.start(context);
@@ -422,6 +428,16 @@ void EngineImpl::release_resources(StreamImpl& stream) {
     stream.resources_.inbox = nullptr;
   }
   stream.resources_.windows = false;
+  OneShotArena& arena = stream.resources_.one_shot;
+  for (char* mapped : arena.ranks) {
+    if (mapped != nullptr && mapped != arena.own) transport_.unmap_peer_registered(mapped);
+  }
+  arena.ranks.clear();
+  arena.ready = false;
+  if (arena.own != nullptr) {
+    transport_.free_registered(arena.own);
+    arena.own = nullptr;
+  }
   return_scratch(stream);
 }
 
@@ -573,15 +589,27 @@ void EngineImpl::run() {
       }
       bool busy = false;
       for (const auto& stream : active) {
+        if (stream->inline_busy_) {
+          busy = true;  // the submitting thread runs this stream's task (inline_run.cc)
+          continue;
+        }
+        if (stream->running_ == nullptr && !stream->failed_ && stream->handed_off_ != nullptr) {
+          stream->running_ = std::move(stream->handed_off_);
+          stream->started_ = false;
+          stream->resumed_ = true;
+          advanced = true;
+        }
         if (stream->running_ == nullptr && !stream->failed_ && stream->next_ != nullptr) {
           stream->running_ = std::move(stream->next_);
           stream->started_ = false;
+          stream->resumed_ = false;
           advanced = true;
         }
         if (stream->running_ == nullptr && !stream->failed_ && !stream->queue_.empty()) {
           stream->running_ = std::move(stream->queue_.front());
           stream->queue_.pop_front();
           stream->started_ = false;
+          stream->resumed_ = false;
           advanced = true;
         }
         if (stream->running_ != nullptr || stream->next_ != nullptr || !stream->queue_.empty()) {
@@ -730,6 +758,8 @@ void EngineImpl::run() {
         polling = true;
         poll_since = now;
       }
+      // One poll per quiet spell: after a sleep that brought nothing (a task waiting on memory
+      // wakes by timer) the thread sleeps again at once.
       if ((in_flight && now - poll_since < busy_poll) || now - last_collective_end_ < busy_poll) {
         sched_yield();
         if (in_flight) {
@@ -740,14 +770,23 @@ void EngineImpl::run() {
         continue;
       }
     }
-    polling = false;
+    if (!small_collective_in_flight(active)) polling = false;
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
     if (!engine_failed)
       sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, beacon_due.count()));
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& stream : active) {
       if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
         sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
+      }
+      if (stream->running_ != nullptr && stream->started_ && stream->running_->waits_on_memory()) {
+        // Peers' stores wake nothing: look again soon, less often the longer the wait.
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - stream->last_advance_);
+        const int interval = static_cast<int>(std::clamp<int64_t>(
+            waited.count() / kMemoryWaitSleepDivisor, 1, kMemoryWaitMaxSleepMs));
+        sleep_ms = std::min(sleep_ms, interval);
       }
     }
     if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;

@@ -13,6 +13,7 @@ ProgressEngine& StreamImpl::engine() {
 
 Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
   if (task == nullptr) return Status::invalid_argument("stream {}: enqueue of a null task", index_);
+  if (engine_.run_inline(*this, task)) return Status::ok();
   {
     std::lock_guard<std::mutex> lock(engine_.mutex());
     if (failed_) return error_;

@@ -1,5 +1,6 @@
 // StreamResources: what the engine keeps per stream for the tasks that run on it. Touched only
-// by the progress thread.
+// by the thread that runs the stream's tasks: the progress thread, or the submitting thread
+// while it runs one inline (lib/engine/inline_run.cc), which excludes the progress thread.
 //
 // Staging memory is constant-size, from transport.alloc_registered, which admits it against the
 // machine's memory and touches it: no collective allocates or faults in fresh pages on the data
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -39,6 +41,20 @@ inline constexpr size_t kWindowMaxSlotBytes = size_t{16} << 20;
 // Largest packed memory key a neighbour may send in the window handshake (UCX's are ~30 bytes).
 inline constexpr size_t kWindowKeyMaxBytes = 1024;
 
+// The one-shot arena (collectives/one_shot.h): per stream, a control block and two slots of a
+// 64-byte header and kOneShotSlotBytes of data; one-shot collectives serve only what fits.
+inline constexpr size_t kOneShotSlotBytes = size_t{1} << 20;
+
+struct OneShotArena {
+  char* own = nullptr;  // this rank's, from transport.alloc_registered (stream's first one-shot)
+  size_t bytes = 0;
+  std::vector<char*> ranks;  // every rank's arena as mapped here (own at [rank]), once `ready`
+  bool ready = false;
+  uint64_t next = 0;                            // the stream's next one-shot collective's number
+  std::vector<uint8_t> key;                     // ours (address + packed key), sent to every peer
+  std::vector<std::vector<uint8_t>> peer_keys;  // as received, per rank
+};
+
 // A send to one's own rank, waiting for the matching receive later on the same stream.
 struct SelfMessage {
   const void* buffer = nullptr;
@@ -62,7 +78,10 @@ struct StreamResources {
   // Point-to-point sequence numbers per peer, by direction (see Task::p2p_peer).
   std::vector<uint32_t> p2p_send_seq;
   std::vector<uint32_t> p2p_recv_seq;
-  uint32_t collective_seq = 0;
+  // Atomic: a collective run on the submitting thread (lib/engine/inline_run.cc) counts itself
+  // here while the progress thread may read it (EngineImpl::verdict_due).
+  std::atomic<uint32_t> collective_seq{0};
+  OneShotArena one_shot;
   // The last collective of this stream whose fingerprint every checked peer matched (magic 0
   // before the first): named when a peer falls behind.
   OrderFingerprint last_matched;

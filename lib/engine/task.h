@@ -59,6 +59,16 @@ class Task {
   // tasks (host callbacks, event records) return false.
   virtual bool communicates() const { return true; }
 
+  // Inline execution (lib/engine/inline_run.cc): a task whose start() and progress() touch
+  // neither the transport nor the stream's scratch (its data moves through memory the peers
+  // map) may run them on the submitting thread while its stream is idle, saving a small
+  // collective the two thread hand-offs (submitter to progress thread and back). Asked (only of
+  // tasks that waits_on_memory) under the engine's lock with the stream's resources.
+  virtual bool runs_inline(const StreamResources& /*resources*/) const { return false; }
+  // The task waits for peers' stores into mapped memory, which wake no file descriptor: the
+  // progress thread then sleeps only briefly between looks (kMemoryWaitMaxSleepMs).
+  virtual bool waits_on_memory() const { return false; }
+
   // For counters and logs.
   virtual zrt_coll_kind_t kind() const = 0;
   // zrt's own exchange (an agreement, a split, a closing barrier), not the caller's: counted

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,20 @@
 #include "transports/transport.h"
 
 namespace zrt::testing {
+
+// A collective's arguments with the fields most tests set.
+inline CollectiveArgs collective_args(zrt_coll_kind_t kind, const void* send, void* recv,
+                                      size_t count, zrt_dtype_t dtype = ZRT_F32,
+                                      zrt_op_t op = ZRT_SUM) {
+  CollectiveArgs args;
+  args.kind = kind;
+  args.sendbuf = send;
+  args.recvbuf = recv;
+  args.count = count;
+  args.dtype = dtype;
+  args.op = op;
+  return args;
+}
 
 struct Rig {
   int rank = 0;
@@ -27,6 +42,9 @@ struct Rig {
   // communicator of ranks on one host runs them; false runs the tagged-message rings that
   // ranks on several hosts use. ZRT_WINDOWS=0 in the environment turns the default off.
   bool windows = windows_default();
+  // Forces an algorithm (EngineOptions::all_reduce_algorithm, as ZRT_ALGO does); unset: ZRT_ALGO.
+  std::optional<AllReduceAlgorithm> algorithm;
+  int check_order = -1;  // EngineOptions::check_order: -1 = ZRT_CHECK / the build's default
 
   static bool windows_default() {
     const char* value = std::getenv("ZRT_WINDOWS");
@@ -48,6 +66,8 @@ struct Rig {
     engine_options.size = size;
     engine_options.timeout_ms = timeout_ms;
     engine_options.peer_windows = windows && size > 1;
+    engine_options.all_reduce_algorithm = algorithm;
+    engine_options.check_order = check_order;
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
     for (int i = 0; i < stream_count; ++i) {
       Stream* stream = nullptr;

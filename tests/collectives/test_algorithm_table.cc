@@ -30,9 +30,15 @@ std::string error_of(const std::string& text) {
 TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   const AlgorithmTable& builtin = AlgorithmTable::builtin();
   ASSERT_FALSE(builtin.rows().empty());
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8), "direct");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10), "direct");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 64 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 8, 8), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 9, 8), "ring");
+  // Across hosts (oneshot unavailable) the rows behind it.
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8, "oneshot"), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot"), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4, "oneshot"), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8, "oneshot"), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 65, 8), "ring");
   for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
     for (int ranks : {2, 3, 8, 1000}) {
@@ -102,14 +108,21 @@ TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
   EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 2, 8), "rd");
   EXPECT_STREQ(choose_algorithm("auto", &table, TableOp::kAllReduce, 2, 8), "rd");
   // Not covered by the file: the built-in table.
-  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 3, 8), "direct");
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 3, 8), "oneshot");
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 3, 8, "oneshot"), "direct");
   EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 2, 2 << 20), "ring");
-  EXPECT_STREQ(choose_algorithm("", nullptr, TableOp::kAllReduce, 2, 8), "direct");
+  EXPECT_STREQ(choose_algorithm("", nullptr, TableOp::kAllReduce, 2, 8), "oneshot");
+  // An unavailable algorithm, forced or in the file, is passed over.
+  EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8), "oneshot");
+  EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  const AlgorithmTable one_shot = parsed("all_reduce * * oneshot\n");
+  EXPECT_STREQ(choose_algorithm("", &one_shot, TableOp::kAllReduce, 2, 1 << 20, "oneshot"), "ring");
   // ZRT_ALGO wins for the ops that have its algorithm, and leaves the others to the tables.
   EXPECT_STREQ(choose_algorithm("ring", &table, TableOp::kAllReduce, 2, 8), "ring");
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllReduce, 2, 2 << 20), "direct");
-  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "ring");
-  EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8), "ring");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "oneshot");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8, "oneshot"), "ring");
 }
 
 TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
@@ -132,8 +145,9 @@ TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
       {"all_reduce * 17179869184G ring\n", "bytes '17179869184G'"},
       {"\n\nall_gather * * direct\n",
        "t.table: line 3: all_gather has no algorithm 'direct' "
-       "(it has: ring)"},
-      {"all_reduce * * tree\n", "all_reduce has no algorithm 'tree' (it has: ring, direct, rd)"},
+       "(it has: ring, oneshot)"},
+      {"all_reduce * * tree\n",
+       "all_reduce has no algorithm 'tree' (it has: ring, direct, rd, oneshot)"},
   };
   for (const Case& c : cases) {
     const std::string message = error_of(c.text);

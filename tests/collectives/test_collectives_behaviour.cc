@@ -19,18 +19,6 @@
 namespace zrt::testing {
 namespace {
 
-CollectiveArgs make(zrt_coll_kind_t kind, const void* send, void* recv, size_t count,
-                    zrt_dtype_t dtype = ZRT_F32, zrt_op_t op = ZRT_SUM) {
-  CollectiveArgs args;
-  args.kind = kind;
-  args.sendbuf = send;
-  args.recvbuf = recv;
-  args.count = count;
-  args.dtype = dtype;
-  args.op = op;
-  return args;
-}
-
 TEST(Collectives, ReduceScatterAndAllGatherConcurrentlyOnTwoStreams) {
   expect_ranks_pass(3, [](int rank, int size) {
     Rig rig;
@@ -44,10 +32,10 @@ TEST(Collectives, ReduceScatterAndAllGatherConcurrentlyOnTwoStreams) {
       for (size_t i = 0; i < count; ++i) ag_in[i] = static_cast<int32_t>(i * 3 + rank + iteration);
       ASSERT_OK(enqueue_collective(
           rig.stream(0), rank, size,
-          make(ZRT_COLL_REDUCE_SCATTER, rs_in.data(), rs_out.data(), count, ZRT_I32)));
+          collective_args(ZRT_COLL_REDUCE_SCATTER, rs_in.data(), rs_out.data(), count, ZRT_I32)));
       ASSERT_OK(enqueue_collective(
           rig.stream(1), rank, size,
-          make(ZRT_COLL_ALL_GATHER, ag_in.data(), ag_out.data(), count, ZRT_I32)));
+          collective_args(ZRT_COLL_ALL_GATHER, ag_in.data(), ag_out.data(), count, ZRT_I32)));
       ASSERT_OK(rig.stream(0).synchronize());
       ASSERT_OK(rig.stream(1).synchronize());
       for (size_t i = 0; i < count; ++i) {
@@ -76,13 +64,14 @@ TEST(Collectives, EventHandsAllReduceResultToAllGatherOnAnotherStream) {
     std::vector<float> in(count, static_cast<float>(rank + 1)), reduced(count),
         gathered(count * size);
     for (int iteration = 0; iteration < 10; ++iteration) {
-      ASSERT_OK(enqueue_collective(rig.stream(0), rank, size,
-                                   make(ZRT_COLL_ALL_REDUCE, in.data(), reduced.data(), count)));
+      ASSERT_OK(enqueue_collective(
+          rig.stream(0), rank, size,
+          collective_args(ZRT_COLL_ALL_REDUCE, in.data(), reduced.data(), count)));
       ASSERT_OK(event->record(rig.stream(0)));
       ASSERT_OK(rig.stream(1).wait_event(*event));
-      ASSERT_OK(
-          enqueue_collective(rig.stream(1), rank, size,
-                             make(ZRT_COLL_ALL_GATHER, reduced.data(), gathered.data(), count)));
+      ASSERT_OK(enqueue_collective(
+          rig.stream(1), rank, size,
+          collective_args(ZRT_COLL_ALL_GATHER, reduced.data(), gathered.data(), count)));
       ASSERT_OK(rig.stream(1).synchronize());
       for (float value : gathered) ASSERT_EQ(value, 3.0f);
       std::fill(gathered.begin(), gathered.end(), 0.0f);
@@ -98,8 +87,8 @@ TEST(Collectives, RingBytesAreExactlySTimesNMinusOneOverN) {
     const size_t count = 1000003;  // per rank
     std::vector<float> big(count * size, 1.0f), small(count);
     rig.engine->counters().reset();
-    ASSERT_OK(rig.run(make(ZRT_COLL_REDUCE_SCATTER, big.data(), small.data(), count)));
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, small.data(), big.data(), count)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_REDUCE_SCATTER, big.data(), small.data(), count)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_GATHER, small.data(), big.data(), count)));
     zrt_comm_stats_t stats{};
     rig.engine->counters().snapshot(&stats);
     const uint64_t total_bytes = count * size * sizeof(float);  // S
@@ -128,9 +117,9 @@ TEST(Collectives, InternalCollectivesCountApartFromUserOnes) {
     const size_t count = 1000;  // per rank
     std::vector<float> mine(count, 1.0f), all(count * size);
     rig.engine->counters().reset();
-    ASSERT_OK(run_internal_collective(rig.stream(), rank, size,
-                                      make(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count),
-                                      "test gather"));
+    ASSERT_OK(run_internal_collective(
+        rig.stream(), rank, size,
+        collective_args(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count), "test gather"));
     for (float v : all) ASSERT_EQ(v, 1.0f);
     zrt_comm_stats_t stats{};
     rig.engine->counters().snapshot(&stats);
@@ -141,7 +130,7 @@ TEST(Collectives, InternalCollectivesCountApartFromUserOnes) {
     EXPECT_EQ(stats.user.calls, 0u);
     EXPECT_EQ(stats.user.bytes_sent, 0u);
 
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_GATHER, mine.data(), all.data(), count)));
     rig.engine->counters().snapshot(&stats);
     EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.calls, 1u);
     EXPECT_EQ(stats.per_kind[ZRT_COLL_ALL_GATHER].user.bytes_sent, expected);
@@ -149,7 +138,7 @@ TEST(Collectives, InternalCollectivesCountApartFromUserOnes) {
     EXPECT_EQ(stats.internal.bytes_sent, expected);
 
     const Status bad = run_internal_collective(
-        rig.stream(), rank, size, make(ZRT_COLL_ALL_GATHER, nullptr, all.data(), count),
+        rig.stream(), rank, size, collective_args(ZRT_COLL_ALL_GATHER, nullptr, all.data(), count),
         "test gather");
     EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
     EXPECT_EQ(bad.message().rfind("test gather: ", 0), 0u) << bad.message();
@@ -170,7 +159,8 @@ void expect_count_mismatch_fails(bool windows) {
         ASSERT_OK(rig.init(rank, size, windows ? "mismatch_w" : "mismatch_t", 10000));
         const size_t count = rank == 0 ? 1000 : 1001;
         std::vector<float> in(count * size, 1.0f), out(count);
-        Status status = rig.run(make(ZRT_COLL_REDUCE_SCATTER, in.data(), out.data(), count));
+        Status status =
+            rig.run(collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), out.data(), count));
         ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": mismatched counts went unnoticed";
         // The longer side may see a short message, the shorter a truncation: both name the peer.
         const std::string peer = "rank " + std::to_string(1 - rank);
@@ -205,13 +195,14 @@ TEST(Collectives, PointToPointRingAndSelf) {
     for (size_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(i) * 10 + rank;
     const int right = (rank + 1) % size;
     const int left = (rank + size - 1) % size;
-    CollectiveArgs send = make(ZRT_COLL_SEND, out.data(), nullptr, count, ZRT_I64);
+    CollectiveArgs send = collective_args(ZRT_COLL_SEND, out.data(), nullptr, count, ZRT_I64);
     send.peer = right;
-    CollectiveArgs recv = make(ZRT_COLL_RECV, nullptr, in.data(), count, ZRT_I64);
+    CollectiveArgs recv = collective_args(ZRT_COLL_RECV, nullptr, in.data(), count, ZRT_I64);
     recv.peer = left;
     CollectiveArgs self_send = send;
     self_send.peer = rank;
-    CollectiveArgs self_recv = make(ZRT_COLL_RECV, nullptr, self_in.data(), count, ZRT_I64);
+    CollectiveArgs self_recv =
+        collective_args(ZRT_COLL_RECV, nullptr, self_in.data(), count, ZRT_I64);
     self_recv.peer = rank;
     for (int iteration = 0; iteration < 5; ++iteration) {
       ASSERT_OK(enqueue_collective(rig.stream(), rank, size, self_send));
@@ -227,7 +218,7 @@ TEST(Collectives, PointToPointRingAndSelf) {
       // A collective after point-to-point still matches on every rank (p2p takes no
       // collective sequence number).
       ASSERT_OK(enqueue_collective(rig.stream(), rank, size,
-                                   make(ZRT_COLL_BARRIER, nullptr, nullptr, 0)));
+                                   collective_args(ZRT_COLL_BARRIER, nullptr, nullptr, 0)));
       ASSERT_OK(rig.stream().synchronize());
       for (size_t i = 0; i < count; ++i) {
         ASSERT_EQ(in[i], static_cast<int64_t>(i) * 10 + left);
@@ -264,7 +255,8 @@ void forced_algorithms(int rank, int size) {
           for (size_t i = 0; i < count; ++i) {
             store(dtype, in.data(), i, input_value(dtype, op, rank, size, i));
           }
-          ASSERT_OK(rig->run(make(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, dtype, op)));
+          ASSERT_OK(rig->run(
+              collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, dtype, op)));
           const double tol = tolerance(dtype, op);
           for (size_t i = 0; i < count; ++i) {
             const double expected = reference(dtype, op, size, i);
@@ -289,7 +281,7 @@ void forced_algorithms(int rank, int size) {
   EXPECT_NE(bad.message().find("ZRT_ALGO='butterfly'"), std::string::npos) << bad.message();
   unsetenv("ZRT_ALGO");
   std::vector<uint64_t> hashes(size);
-  CollectiveArgs gather = make(ZRT_COLL_ALL_GATHER, &hash, hashes.data(), 1, ZRT_I64);
+  CollectiveArgs gather = collective_args(ZRT_COLL_ALL_GATHER, &hash, hashes.data(), 1, ZRT_I64);
   ASSERT_OK(rig->run(gather));
   for (int r = 0; r < size; ++r) EXPECT_EQ(hashes[r], hashes[0]) << "rank " << r;
 }
@@ -314,40 +306,43 @@ TEST(Collectives, BadArgumentsAreRefusedWithTheArgumentNamed) {
     ASSERT_OK(rig.init(rank, size, "bad"));
     std::vector<float> buffer(64);
     float* b = buffer.data();
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, nullptr, b, 4), "sendbuf is NULL");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, nullptr, 4), "recvbuf is NULL");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b + 2, 4), "overlap");
-    expect_invalid(rig, make(ZRT_COLL_REDUCE_SCATTER, b, b + 1, 4), "recvbuf != sendbuf");
-    expect_invalid(rig, make(ZRT_COLL_ALL_GATHER, b + 1, b, 4), "overlap");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, static_cast<zrt_dtype_t>(99)), "dtype");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_F32, static_cast<zrt_op_t>(42)),
-                   "op 42");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_I32, ZRT_AVG), "op avg");
-    CollectiveArgs premul = make(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4, ZRT_I64);
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, nullptr, b, 4), "sendbuf is NULL");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, b, nullptr, 4), "recvbuf is NULL");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, b, b + 2, 4), "overlap");
+    expect_invalid(rig, collective_args(ZRT_COLL_REDUCE_SCATTER, b, b + 1, 4),
+                   "recvbuf != sendbuf");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_GATHER, b + 1, b, 4), "overlap");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, b, b, 4, static_cast<zrt_dtype_t>(99)),
+                   "dtype");
+    expect_invalid(
+        rig, collective_args(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_F32, static_cast<zrt_op_t>(42)),
+        "op 42");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, b, b, 4, ZRT_I32, ZRT_AVG), "op avg");
+    CollectiveArgs premul = collective_args(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4, ZRT_I64);
     premul.premul = true;
     premul.premul_scale = 0.5;
     expect_invalid(rig, premul, "premul_sum");
-    CollectiveArgs root = make(ZRT_COLL_BROADCAST, b, b, 4);
+    CollectiveArgs root = collective_args(ZRT_COLL_BROADCAST, b, b, 4);
     root.root = size;
     expect_invalid(rig, root, "root 2");
     root.kind = ZRT_COLL_REDUCE;
     root.root = -1;
     expect_invalid(rig, root, "root -1");
-    CollectiveArgs peer = make(ZRT_COLL_SEND, b, nullptr, 4);
+    CollectiveArgs peer = collective_args(ZRT_COLL_SEND, b, nullptr, 4);
     peer.peer = size;
     expect_invalid(rig, peer, "peer 2");
     peer.kind = ZRT_COLL_RECV;
     peer.recvbuf = b;
     peer.peer = -3;
     expect_invalid(rig, peer, "peer -3");
-    expect_invalid(rig, make(static_cast<zrt_coll_kind_t>(12), b, b, 4), "kind 12");
-    expect_invalid(rig, make(ZRT_COLL_ALL_REDUCE, b, b, SIZE_MAX / 2), "too large");
+    expect_invalid(rig, collective_args(static_cast<zrt_coll_kind_t>(12), b, b, 4), "kind 12");
+    expect_invalid(rig, collective_args(ZRT_COLL_ALL_REDUCE, b, b, SIZE_MAX / 2), "too large");
     // Valid edge cases are accepted: count 0 with NULL buffers, in-place layouts.
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_REDUCE, nullptr, nullptr, 0)));
-    ASSERT_OK(rig.run(make(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4)));
-    ASSERT_OK(rig.run(make(ZRT_COLL_ALL_GATHER, b + 4 * rank, b, 4)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_REDUCE, nullptr, nullptr, 0)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_REDUCE_SCATTER, b, b + 4 * rank, 4)));
+    ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_GATHER, b + 4 * rank, b, 4)));
     // A receive from oneself with no send before it fails its stream only.
-    CollectiveArgs lonely = make(ZRT_COLL_RECV, nullptr, b, 4);
+    CollectiveArgs lonely = collective_args(ZRT_COLL_RECV, nullptr, b, 4);
     lonely.peer = rank;
     ASSERT_OK(enqueue_collective(rig.stream(), rank, size, lonely));
     EXPECT_EQ(rig.stream().synchronize().code(), ZRT_INVALID_USAGE);

@@ -1,6 +1,7 @@
 // The progress thread's bounded poll (EngineOptions::busy_poll_us, docs/ARCHITECTURE.md#progress-
-// engine) keeps the core only while a collective moves: a rank idle between calls, and a rank
-// blocked in a collective whose peer has not come yet, each use under 1% of a core (getrusage
+// engine) and the one-shot path's spin on the submitting thread keep the core only while a
+// collective moves: a rank idle between calls, and a rank blocked in a collective whose peer has
+// not come yet, each use under 1% of a core (getrusage
 // over a sleep, not a timing of a collective); and more ranks than this host has cores still
 // finish small collectives exactly.
 #include <sys/resource.h>
@@ -28,22 +29,22 @@ double process_cpu_seconds() {
 }
 
 CollectiveArgs all_reduce(const int32_t* send, int32_t* recv, size_t count) {
-  CollectiveArgs args;
-  args.kind = ZRT_COLL_ALL_REDUCE;
-  args.sendbuf = send;
-  args.recvbuf = recv;
-  args.count = count;
-  args.dtype = ZRT_I32;
-  args.op = ZRT_SUM;
-  return args;
+  return collective_args(ZRT_COLL_ALL_REDUCE, send, recv, count, ZRT_I32);
 }
 
 constexpr auto kIdle = std::chrono::milliseconds(1500);
 constexpr double kMaxCoreShare = 0.01;
 
-TEST(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
-  expect_ranks_pass(2, [](int rank, int size) {
+// Both small paths: the one-shot collectives through the mapped arenas (the default on one
+// host; their waits poll memory, so the progress thread looks at intervals) and the direct
+// all-reduce through UCX messages.
+class SmallPath : public ::testing::TestWithParam<AllReduceAlgorithm> {};
+
+TEST_P(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
+  const AllReduceAlgorithm algorithm = GetParam();
+  expect_ranks_pass(2, [algorithm](int rank, int size) {
     Rig rig;
+    rig.algorithm = algorithm;
     ASSERT_OK(rig.init(rank, size, "idle_cpu"));
     std::vector<int32_t> in(1024, rank + 1), out(1024);
     for (int i = 0; i < 50; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
@@ -57,9 +58,11 @@ TEST(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
   });
 }
 
-TEST(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
-  expect_ranks_pass(2, [](int rank, int size) {
+TEST_P(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
+  const AllReduceAlgorithm algorithm = GetParam();
+  expect_ranks_pass(2, [algorithm](int rank, int size) {
     Rig rig;
+    rig.algorithm = algorithm;
     ASSERT_OK(rig.init(rank, size, "wait_cpu"));
     std::vector<int32_t> in(1024, rank + 1), out(1024);
     for (int i = 0; i < 10; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
@@ -80,9 +83,16 @@ TEST(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
   });
 }
 
+INSTANTIATE_TEST_SUITE_P(Algorithms, SmallPath,
+                         ::testing::Values(AllReduceAlgorithm::kOneShot,
+                                           AllReduceAlgorithm::kDirect),
+                         [](const auto& info) {
+                           return info.param == AllReduceAlgorithm::kOneShot ? "oneshot" : "direct";
+                         });
+
 // 8 ranks on this host's cores (2 on the development host): the bounded poll yields each turn
 // and sleeps past its bound, so every rank gets the core it needs and results stay exact.
-TEST(SmallPath, MoreRanksThanCoresFinishSmallCollectivesExactly) {
+TEST(SmallPathRanks, MoreRanksThanCoresFinishSmallCollectivesExactly) {
   expect_ranks_pass(8, [](int rank, int size) {
     Rig rig;
     ASSERT_OK(rig.init(rank, size, "oversubscribed", 60000));

@@ -1,0 +1,278 @@
+#include "collectives/one_shot.h"
+
+#include <atomic>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace zrt {
+namespace {
+
+// The arena (one_shot.h): the control block, written only by its owner, its two words on
+// separate cache lines (`published` by the owner's deposits, `finished` after its reads), then
+// the two slots.
+constexpr size_t kControlBytes = 128;
+constexpr size_t kFinishedOffset = 64;
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kSlotStride = kHeaderBytes + kOneShotSlotBytes;
+constexpr size_t kArenaBytes = kControlBytes + 2 * kSlotStride;
+// Task bits of the handshake's key messages.
+constexpr uint32_t kKeyTag = 0x7ffd;
+
+struct Header {
+  OrderFingerprint fingerprint;  // the writer's call (zeros without the default fingerprint)
+  uint64_t bytes = 0;            // what the writer deposited
+  uint64_t sequence = 0;         // its one-shot number, for messages
+};
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+uint64_t* published_word(char* arena, uint64_t parity) {
+  return reinterpret_cast<uint64_t*>(arena) + parity;
+}
+uint64_t* finished_word(char* arena) {
+  return reinterpret_cast<uint64_t*>(arena + kFinishedOffset);
+}
+char* slot(char* arena, uint64_t parity) {
+  return arena + kControlBytes + parity * kSlotStride;
+}
+// The peers' words are read and written by other processes through their own mappings.
+uint64_t load_acquire(uint64_t* word) {
+  return std::atomic_ref<uint64_t>(*word).load(std::memory_order_acquire);
+}
+void store_release(uint64_t* word, uint64_t value) {
+  std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_release);
+}
+
+}  // namespace
+
+size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size,
+                                   int size) {
+  const size_t bytes = count * element_size;
+  return kind == ZRT_COLL_REDUCE_SCATTER ? bytes * static_cast<size_t>(size) : bytes;
+}
+
+Status OneShotPhase::start(TaskContext& context, CollTask&) {
+  error_ = Status::ok();
+  next_peer_ = 0;
+  keys_posted_ = false;
+  if (context.resources == nullptr) {
+    return Status(ZRT_INTERNAL_ERROR, "one-shot: the stream's resources are missing");
+  }
+  deposit_bytes_ = deposit_bytes(kind_, count_, spec_.element_size, context.size);
+  if (deposit_bytes_ > kOneShotSlotBytes) {
+    return Status::error(ZRT_INTERNAL_ERROR, "one-shot: {} bytes exceed the arena slot's {}",
+                         deposit_bytes_, kOneShotSlotBytes);
+  }
+  OneShotArena& arena = context.resources->one_shot;
+  sequence_ = arena.next++;
+  step_ = arena.ready ? Step::kCredit : Step::kHandshake;
+  return Status::ok();
+}
+
+Status OneShotPhase::progress(TaskContext& context, CollTask& task, bool* done) {
+  if (!error_.is_ok()) return error_;
+  Status status = move(context, task, done);
+  if (!status.is_ok()) error_ = status;
+  return status;
+}
+
+Status OneShotPhase::move(TaskContext& context, CollTask& task, bool* done) {
+  if (step_ == Step::kHandshake) {
+    bool ready = false;
+    ZRT_RETURN_IF_ERROR(handshake(context, task, &ready));
+    if (!ready) return Status::ok();
+    step_ = Step::kCredit;
+  }
+  if (step_ == Step::kCredit) {
+    if (!credited(context, task)) return Status::ok();
+    deposit(context, task);
+    step_ = Step::kWait;
+  }
+  if (step_ == Step::kWait) {
+    bool all = false;
+    ZRT_RETURN_IF_ERROR(published(context, task, &all));
+    if (!all) return Status::ok();
+    assemble(context);
+    store_release(finished_word(context.resources->one_shot.own), sequence_ + 1);
+    task.add_received(static_cast<uint64_t>(context.size - 1) * count_ * spec_.element_size);
+    task.advanced();
+    step_ = Step::kDone;
+  }
+  *done = true;
+  return Status::ok();
+}
+
+// Exchanges the arenas' keys with every peer and maps theirs; the stream keeps the mappings.
+Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready) {
+  OneShotArena& arena = context.resources->one_shot;
+  const int n = context.size;
+  *ready = false;
+  if (!keys_posted_) {
+    keys_posted_ = true;
+    if (arena.own == nullptr) {
+      void* memory = nullptr;
+      ZRT_RETURN_IF_ERROR(context.transport.alloc_registered(kArenaBytes, &memory)
+                              .with_context(fmt::format("one-shot arena of stream {} ({} bytes)",
+                                                        context.stream_index, kArenaBytes)));
+      arena.own = static_cast<char*>(memory);
+      arena.bytes = kArenaBytes;
+      std::memset(arena.own, 0, kControlBytes);  // nothing published, nothing finished
+    }
+    std::vector<uint8_t> key;
+    ZRT_RETURN_IF_ERROR(
+        context.transport.pack_registered_key(arena.own, &key).with_context("one-shot handshake"));
+    const uint64_t address = reinterpret_cast<uintptr_t>(arena.own);
+    arena.key.resize(sizeof(address) + key.size());
+    std::memcpy(arena.key.data(), &address, sizeof(address));
+    std::memcpy(arena.key.data() + sizeof(address), key.data(), key.size());
+    arena.peer_keys.assign(n, std::vector<uint8_t>(sizeof(address) + kWindowKeyMaxBytes));
+    arena.ranks.assign(n, nullptr);
+    key_sends_.assign(n, PostedOp{});
+    key_recvs_.assign(n, PostedOp{});
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == context.rank) continue;
+      ZRT_RETURN_IF_ERROR(task.post_recv(context, peer, kKeyTag, arena.peer_keys[peer].data(),
+                                         arena.peer_keys[peer].size(), &key_recvs_[peer]));
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == context.rank) continue;
+      ZRT_RETURN_IF_ERROR(task.post_send(context, peer, kKeyTag, arena.key.data(), arena.key.size(),
+                                         &key_sends_[peer], /*data=*/false));
+    }
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    PostedOp& recv = key_recvs_[peer];
+    if (peer == context.rank || !recv.posted) continue;
+    if (!recv.finished()) {
+      task.note_waiting(peer);
+      return Status::ok();
+    }
+    recv.posted = false;
+    if (!recv.completion.status.is_ok()) {
+      return recv.completion.status.with_context(
+          fmt::format("one-shot handshake: receive from rank {}", peer));
+    }
+    const size_t got = recv.completion.bytes;
+    if (got <= sizeof(uint64_t)) {
+      return Status::error(ZRT_REMOTE_ERROR, "one-shot handshake: {} bytes from rank {}", got,
+                           peer);
+    }
+    const std::vector<uint8_t>& received = arena.peer_keys[peer];
+    uint64_t address = 0;
+    std::memcpy(&address, received.data(), sizeof(address));
+    const std::vector<uint8_t> key(received.begin() + sizeof(address),
+                                   received.begin() + static_cast<long>(got));
+    void* mapped = nullptr;
+    ZRT_RETURN_IF_ERROR(
+        context.transport.map_peer_registered(peer, key, address, &mapped)
+            .with_context(fmt::format("one-shot handshake: mapping rank {}'s arena (ZRT_ALGO or "
+                                      "ZRT_ALGO_TABLE can choose another algorithm)",
+                                      peer)));
+    arena.ranks[peer] = static_cast<char*>(mapped);
+    task.advanced();
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == context.rank) continue;
+    ZRT_RETURN_IF_ERROR(task.collect(&key_sends_[peer], peer, true, 0));
+    if (key_sends_[peer].busy()) {
+      task.note_waiting(peer);
+      return Status::ok();
+    }
+  }
+  arena.ranks[context.rank] = arena.own;
+  arena.ready = true;
+  *ready = true;
+  return Status::ok();
+}
+
+// Whether every peer has finished collective k - 2, whose data this rank's slot k % 2 holds.
+bool OneShotPhase::credited(TaskContext& context, CollTask& task) {
+  if (sequence_ < 2) return true;
+  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  for (int peer = 0; peer < context.size; ++peer) {
+    if (peer == context.rank) continue;
+    if (load_acquire(finished_word(ranks[peer])) < sequence_ - 1) {
+      task.note_waiting(peer);
+      return false;
+    }
+  }
+  return true;
+}
+
+void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
+  OneShotArena& arena = context.resources->one_shot;
+  const uint64_t parity = sequence_ & 1;
+  char* mine = slot(arena.own, parity);
+  Header header;
+  if (task.fingerprint_on()) header.fingerprint = task.fingerprint();
+  header.bytes = deposit_bytes_;
+  header.sequence = sequence_;
+  std::memcpy(mine, &header, sizeof(header));
+  if (deposit_bytes_ > 0) std::memcpy(mine + kHeaderBytes, input_, deposit_bytes_);
+  store_release(published_word(arena.own, parity), sequence_ + 1);
+  // Every peer reads the contribution (of a reduce-scatter, its own block of it).
+  const uint64_t per_peer =
+      kind_ == ZRT_COLL_REDUCE_SCATTER ? count_ * spec_.element_size : deposit_bytes_;
+  task.add_sent(static_cast<uint64_t>(context.size - 1) * per_peer);
+  task.advanced();
+}
+
+// Advances over the peers that published collective k, checking each one's header.
+Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) {
+  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  const uint64_t parity = sequence_ & 1;
+  *all = false;
+  for (; next_peer_ < context.size; ++next_peer_) {
+    if (next_peer_ == context.rank) continue;
+    char* arena = ranks[next_peer_];
+    if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
+      task.note_waiting(next_peer_);
+      return Status::ok();
+    }
+    Header header;
+    std::memcpy(&header, slot(arena, parity), sizeof(header));
+    if (task.fingerprint_on()) {
+      ZRT_RETURN_IF_ERROR(
+          task.check_fingerprint(&header.fingerprint, sizeof(OrderFingerprint), next_peer_));
+    }
+    if (header.bytes != deposit_bytes_) {
+      return Status::error(ZRT_REMOTE_ERROR,
+                           "one-shot: rank {} deposited {} bytes for collective {} of stream {}, "
+                           "expected {} (mismatched collective arguments across ranks?)",
+                           next_peer_, header.bytes, sequence_, context.stream_index,
+                           deposit_bytes_);
+    }
+    task.advanced();
+  }
+  *all = true;
+  return Status::ok();
+}
+
+void OneShotPhase::assemble(TaskContext& context) {
+  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  const uint64_t parity = sequence_ & 1;
+  const size_t bytes = count_ * spec_.element_size;
+  auto data = [&](int rank) { return slot(ranks[rank], parity) + kHeaderBytes; };
+  if (kind_ == ZRT_COLL_ALL_GATHER) {
+    if (bytes == 0) return;
+    for (int rank = 0; rank < context.size; ++rank) {
+      char* out = output_ + static_cast<size_t>(rank) * bytes;
+      if (rank != context.rank) {
+        std::memcpy(out, data(rank), bytes);
+      } else if (out != input_) {
+        std::memcpy(out, input_, bytes);
+      }
+    }
+    return;
+  }
+  // All-reduce, or a reduce-scatter's own block of every rank's input: in rank order.
+  const size_t offset =
+      kind_ == ZRT_COLL_REDUCE_SCATTER ? static_cast<size_t>(context.rank) * bytes : 0;
+  reduce_chunk(spec_, data(0) + offset, spec_.scale, data(1) + offset, spec_.scale, output_,
+               count_);
+  for (int rank = 2; rank < context.size; ++rank) {
+    reduce_chunk(spec_, output_, 1.0, data(rank) + offset, spec_.scale, output_, count_);
+  }
+}
+
+}  // namespace zrt

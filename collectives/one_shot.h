@@ -1,0 +1,89 @@
+// One-shot collectives on one host: the small-message all-reduce, reduce-scatter and all-gather
+// without any message on the data path, the `oneshot` algorithm of the table (algorithm.h).
+//
+// Every rank owns a one-shot arena per stream (registered memory, lib/engine/stream_resources.h):
+// a control block and two slots, each a 64-byte header (the call's fingerprint and byte count)
+// and kOneShotSlotBytes of data. The stream's first one-shot collective exchanges the arenas'
+// memory keys with every peer and maps every peer's arena (the handshake, the only messages of
+// this path). Collective k, the stream's k-th one-shot collective, alike on every rank, then
+// uses slot k % 2 of every arena:
+//   1. credit: every peer has finished reading collective k - 2 (its `finished` >= k - 1), so
+//      this rank's slot k % 2 is free again. The common case has no wait: a peer finishes k - 2
+//      before it starts k - 1;
+//   2. deposit: the rank copies its contribution (its all-reduce input, its whole reduce-scatter
+//      input, its all-gather block) behind the header into its own slot and publishes
+//      `published[k % 2] = k + 1` with a release store;
+//   3. wait: for every peer's `published[k % 2] == k + 1` (acquire loads). A peer cannot be at
+//      k + 2 in that slot yet: that needs this rank's credit for k;
+//   4. assemble, reading the peers' slots where they are: all-gather copies block p out of rank
+//      p's slot; all-reduce and reduce-scatter reduce in rank order, ((x0 + x1) + x2) + ...,
+//      as the direct all-reduce does, so results are bitwise identical on every rank and equal
+//      to the direct all-reduce's (the rings add in ring order and may differ in the last bits);
+//   5. `finished = k + 1` (release): the peers may reuse their slot k % 2 for collective k + 2.
+// Pulling from the writer's own slot, rather than pushing into every reader's, keeps the arena
+// at two slots whatever N, and the writer's work at one copy.
+//
+// The phase never blocks: each progress call moves what it can. It runs on the progress thread,
+// or, when its stream is idle, on the calling thread (Task::runs_inline, lib/engine/
+// inline_run.cc): it touches neither the transport nor the stream's scratch once the handshake
+// is done. Waits are the engine's: a peer that never publishes fails the collective with
+// ZRT_TIMEOUT (no progress) or the transport's verdict on the dead peer.
+//
+// Counters: bytes_sent is this rank's contribution times the peers that read it, bytes_received
+// what it read out of the peers' slots, as if the data had travelled as messages.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/coll_task.h"
+#include "zrt/zrt.h"
+
+namespace zrt {
+
+class OneShotPhase final : public Phase {
+ public:
+  // all-reduce: `count` elements in and out. reduce-scatter: `count` elements out, N x count
+  // in. all-gather: `count` elements in, N x count out.
+  OneShotPhase(zrt_coll_kind_t kind, const void* input, void* output, size_t count,
+               const ReduceSpec& spec)
+      : kind_(kind),
+        input_(static_cast<const char*>(input)),
+        output_(static_cast<char*>(output)),
+        count_(count),
+        spec_(spec) {}
+
+  // The bytes a rank deposits for a collective (what must fit kOneShotSlotBytes).
+  static size_t deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size, int size);
+
+  Status start(TaskContext& context, CollTask& task) override;
+  Status progress(TaskContext& context, CollTask& task, bool* done) override;
+  bool carries_fingerprint() const override { return true; }
+
+ private:
+  enum class Step { kHandshake, kCredit, kWait, kDone };
+
+  Status handshake(TaskContext& context, CollTask& task, bool* ready);
+  Status move(TaskContext& context, CollTask& task, bool* done);
+  bool credited(TaskContext& context, CollTask& task);
+  void deposit(TaskContext& context, CollTask& task);
+  Status published(TaskContext& context, CollTask& task, bool* all);
+  void assemble(TaskContext& context);
+
+  zrt_coll_kind_t kind_;
+  const char* input_;
+  char* output_;
+  size_t count_;
+  ReduceSpec spec_;
+  Step step_ = Step::kHandshake;
+  uint64_t sequence_ = 0;  // k: this collective's one-shot number on the stream
+  size_t deposit_bytes_ = 0;
+  int next_peer_ = 0;  // the wait's cursor: peers below it have published
+  Status error_;       // sticky: a progress call after a failure fails the same way
+  std::vector<PostedOp> key_sends_;
+  std::vector<PostedOp> key_recvs_;
+  bool keys_posted_ = false;
+};
+
+}  // namespace zrt

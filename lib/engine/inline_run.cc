@@ -1,0 +1,116 @@
+// Inline execution: a small collective that moves its data through memory its peers map
+// (Task::runs_inline; collectives/one_shot.h) runs on the thread that submits it, when its
+// stream is idle, instead of going through the progress thread. A small collective's time on
+// the progress thread is mostly two thread hand-offs (the submitter waking the progress thread,
+// then the progress thread waking the waiter: tens of microseconds each on a loaded host,
+// bench_breakdown's queue and wake columns); inline, a call whose peers are there finishes
+// before the submission returns, and synchronize() finds it complete.
+//
+// The stream is claimed under the engine's lock (nothing enqueued and not completed, no inline
+// run already), which keeps the progress thread off the stream's tasks and resources until the
+// claim ends. The task's start() and progress() then run on this thread for a bounded spin
+// (kInlineSpinFactor x EngineOptions::busy_poll_us, yielding the core between looks); a task
+// still waiting then (a late peer), or failing, goes to the progress thread as it stands
+// (StreamImpl::handed_off_), which continues it without start(): the engine's timeouts, peer
+// verdicts and failure handling then apply as to any task, and a submission never blocks for
+// long, so collectives on several streams submitted in different orders on different ranks
+// cannot deadlock. Either way the collective counts one sequence number of its stream, as a
+// task the progress thread ran would.
+#include <sched.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "lib/core/log.h"
+#include "lib/engine/engine_impl.h"
+
+namespace zrt {
+namespace {
+
+// Spins of a few hundred nanoseconds before the first yield: a peer running on another core
+// publishes within them, and a yield costs a system call.
+constexpr int kSpinsBeforeYield = 64;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
+  // Only tasks that move their data through mapped memory run inline: the others skip the lock.
+  if (!task->waits_on_memory()) return false;
+  uint32_t sequence = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_ || stopping_ || stream.failed_ || stream.destroyed_ || stream.inline_busy_ ||
+        stream.enqueued_ != stream.completed_ || !task->runs_inline(stream.resources_)) {
+      return false;
+    }
+    stream.inline_busy_ = true;
+    ++stream.enqueued_;
+    TraceCall call = task->trace_call();
+    call.stream = stream.index();
+    task->trace_ticket = recorder_.post(call);
+    sequence = stream.resources_.collective_seq.load(std::memory_order_relaxed);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  recorder_.started(task->trace_ticket, sequence);
+  TaskContext context =
+      context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
+  const auto until = start + std::chrono::microseconds(options_.busy_poll_us * kInlineSpinFactor);
+  bool done = false;
+  Status status = task->start(context);
+  for (int spin = 0; status.is_ok(); ++spin) {
+    status = task->progress(context, &done);
+    if (!status.is_ok() || done || std::chrono::steady_clock::now() >= until) break;
+    if (spin < kSpinsBeforeYield) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
+  const bool finished = status.is_ok() && done;
+  bool wake_thread = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream.inline_busy_ = false;
+    if (finished) {
+      stream.resources_.collective_seq.fetch_add(1, std::memory_order_relaxed);
+      ++stream.completed_;
+      wake_thread = !stream.queue_.empty();
+    } else if (!stream.failed_) {
+      // The task's progress() reports a failure again (phases keep their first error), now
+      // where the engine handles it.
+      stream.handed_off_ = std::move(task);
+      stream.handed_off_start_ = start;
+      wake_thread = true;
+    }
+  }
+  if (finished) {
+    const auto busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+    const zrt_coll_kind_t kind = task->kind();
+    if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
+      counters_.add(kind, task->internal(), task->bytes_sent(), task->bytes_received(),
+                    static_cast<uint64_t>(busy));
+    }
+    recorder_.finished(task->trace_ticket, true);
+    ZRT_LOG_TRACE("stream {}: {} done inline", stream.index(), task->describe());
+    task.reset();
+    done_cv_.notify_all();
+  } else if (task != nullptr) {
+    recorder_.finished(task->trace_ticket, false);
+    task.reset();  // the stream failed meanwhile: dropped, as its queue was
+  }
+  if (wake_thread) wake();
+  return true;
+}
+
+}  // namespace zrt
