@@ -60,6 +60,9 @@ void check_rank(int /*rank*/, int size) {
       config.prefetch_depth = setting.prefetch_depth;
       config.optimizer_slots = setting.slots;
       config.hpz_group_size = hpz;
+      // Below the default threshold every tensor of this small model would stay gathered, and
+      // hpZ would have no unit to copy.
+      if (hpz > 0) config.persistence_threshold = 1000;
       zrt_partition_t pm = nullptr;
       ASSERT_OK(zrt_partition_create(comm, &config, &pm));
       for (const UnitSpec& unit : model.units) {
