@@ -97,7 +97,10 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   zrt_partition_traffic_t split;
   split.size = sizeof(split);
   CHECK_ZRT(zrt_partition_traffic(pm, &split));
-  const bool hybrid = split.replica_groups > 1;
+  // hpZ: the manager is flat on comm (its counters hold the gathers from the shard and the
+  // reduce-scatters), the secondary copy's gathers are the split's intra-group bytes.
+  const bool hpz = memory.param_secondary > 0;
+  const bool hybrid = !hpz && split.replica_groups > 1;
   // Destroying the manager waits for its last communication (stages 1/2 gather the updated
   // parameters after the final step): then the counters hold whole steps.
   CHECK_ZRT(zrt_partition_destroy(pm));
@@ -132,8 +135,18 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
     // parameters once per step.
     if (options.stage == 0) return share * p * 2 * reduce_bytes * syncs;
     if (options.stage <= 2) return share * p * (syncs * reduce_bytes + param_bytes);
+    // hpZ: over the world only the step's first gather of each unit; the rest come from the
+    // secondary copy (hpz_traffic_for).
+    if (hpz) return share * p * (param_bytes + syncs * reduce_bytes);
     return share * (p * (2 * micro * param_bytes + syncs * reduce_bytes) +
                     recomputed * micro * param_bytes);
+  };
+  // hpZ inside the H ranks: every gather but the first of each unit, (2 micro - 1) of them plus
+  // the recomputed ones, of the unit parameters (the persistent ones stay gathered).
+  const double h = split.shard_group_size;
+  auto hpz_traffic_for = [&](double units, double recomputed) {
+    return (h - 1) / h * param_bytes *
+           (units * (2.0 * options.micro_batches - 1) + recomputed * options.micro_batches);
   };
   double recomputed = 0;  // parameters of units gathered a third time
   if (options.checkpoint_activations) {
@@ -159,6 +172,21 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
   const double inter_formula = 2 * (replicas - 1) / replicas *
                                static_cast<double>(memory.padded_parameters) / n * reduce_bytes;
   const bool inter_ok = !hybrid || std::fabs(inter_per_step - inter_formula) <= 0.5;
+  double persistent = 0;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    for (const TensorSpec& spec : model.unit_tensors(u)) {
+      if (spec.numel < options.persistence_threshold) persistent += spec.numel;
+    }
+  }
+  const double hpz_intra_per_step =
+      static_cast<double>(split.intra_group_bytes) / std::max(1, options.steps - first_step);
+  const double hpz_units_padded =
+      hpz ? static_cast<double>(memory.param_secondary) * h / param_bytes : 0;
+  const double hpz_intra_formula =
+      hpz_traffic_for(static_cast<double>(parameters) - persistent, recomputed);
+  const double hpz_intra_padded = hpz_traffic_for(hpz_units_padded, recomputed * padding);
+  const bool hpz_ok = !hpz || (hpz_intra_per_step + 0.5 >= hpz_intra_formula &&
+                               hpz_intra_per_step <= hpz_intra_padded + 0.5);
   const bool memory_ok = memory.model_state + 0.5 >= memory.theoretical_model_state &&
                          memory.model_state <= memory.theoretical_model_state * padding + 0.5;
 
@@ -178,8 +206,18 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
           memory_ok ? "ok" : "MISMATCH");
       std::printf("rank %d sent %s per step; formula %s%s (padded %s): %s\n", rank,
                   human_bytes(bytes_per_step).c_str(), human_bytes(traffic_formula).c_str(),
-                  options.stage == 3 ? " = 3P(N-1)/N" : " = 2P(N-1)/N",
+                  hpz                  ? " = 2P(N-1)/N (hpZ)"
+                  : options.stage == 3 ? " = 3P(N-1)/N"
+                                       : " = 2P(N-1)/N",
                   human_bytes(traffic_padded).c_str(), traffic_ok ? "ok" : "MISMATCH");
+      if (hpz) {
+        std::printf(
+            "rank %d hpZ, secondary copy %s in groups of %d: intra-group %s per step; formula "
+            "(H-1)/H x P (2 micro - 1) %s (padded %s): %s\n",
+            rank, human_bytes(memory.param_secondary).c_str(), split.shard_group_size,
+            human_bytes(hpz_intra_per_step).c_str(), human_bytes(hpz_intra_formula).c_str(),
+            human_bytes(hpz_intra_padded).c_str(), hpz_ok ? "ok" : "MISMATCH");
+      }
       if (hybrid) {
         std::printf(
             "rank %d hybrid sharding, %d groups of %d: intra-group %s per step, inter-group %s "
@@ -193,7 +231,7 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
     CHECK_ZRT(zrt_barrier(side_comm, stream));
     CHECK_ZRT(zrt_stream_synchronize(stream));
   }
-  ok = ok && traffic_ok && memory_ok && inter_ok;
+  ok = ok && traffic_ok && memory_ok && inter_ok && hpz_ok;
 
   const size_t window = std::min<size_t>(5, losses.size());
   double first = 0.0;
@@ -262,6 +300,7 @@ int run(const Options& options) {
   config.alignment = 16;
   // Stage 0 shards nothing: the flag applies to stages 1-3, so one command line serves all four.
   if (options.stage > 0) config.shard_group_size = options.shard_group;
+  if (options.stage == 3) config.hpz_group_size = options.hpz;
   zrt_partition_t pm = nullptr;
   CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
 

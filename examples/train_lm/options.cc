@@ -38,6 +38,9 @@ const char* usage() {
          "  --shard-group G             stages 1-3: shard in groups of G ranks, replicate\n"
          "                              across groups (-1 = one host, 0 or N =\n"
          "                              flat; ignored at stage 0)                 [0]\n"
+         "  --hpz H                     stage 3: a secondary parameter copy in groups\n"
+         "                              of H ranks for backward's gathers (-1 = one\n"
+         "                              host, 0 = off; ignored at stages 0-2)     [0]\n"
          "  --bucket-mb X               gradient bucket size in MiB               [0.25]\n"
          "  --prefetch N                stage-3 prefetch depth in units           [1]\n"
          "  --persistence-threshold N   stage-3 params below N elements stay gathered [0]\n"
@@ -108,6 +111,10 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       if (!value(&text)) return false;
       if (!parse_int(text, -1, 1 << 20, &integer)) return bad("expected -1..1048576");
       options->shard_group = static_cast<int>(integer);
+    } else if (flag == "--hpz") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, -1, 1 << 20, &integer)) return bad("expected -1..1048576");
+      options->hpz = static_cast<int>(integer);
     } else if (flag == "--bucket-mb") {
       if (!value(&text)) return false;
       if (!parse_double(text, 1.0 / 1024, 4096, &real)) return bad("expected MiB in (0, 4096]");

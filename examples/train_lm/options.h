@@ -19,6 +19,7 @@ struct Options {
   int prefetch = 1;
   size_t persistence_threshold = 0;
   int shard_group = 0;  // --shard-group G (hybrid sharding): 0 flat, -1 one host's ranks
+  int hpz = 0;          // --hpz H (stage 3 secondary copy): 0 off, -1 one host's ranks
   bool checkpoint_activations = false;
   int context = 8;
   float learning_rate = 3e-3f;

@@ -461,7 +461,7 @@ typedef struct zrt_partition* zrt_partition_t;
 #define ZRT_MAX_DIMS 8
 
 /* zrt_partition_config_t.shard_group_size: shard among the ranks of one host (HSDP's usual
- * mesh), replicate across hosts. */
+ * mesh), replicate across hosts; hpz_group_size: the secondary copy among them. */
 #define ZRT_SHARD_GROUP_HOST (-1)
 
 typedef struct zrt_partition_config {
@@ -502,6 +502,16 @@ typedef struct zrt_partition_config {
                                    all-reduced across groups when the step (or grad_norm) waits
                                    for them; memory is the stage's with N -> G; mem_kind
                                    ZRT_MEM_HOST, no offload_optimizer, no checkpoints */
+  int64_t hpz_group_size;       /* stage 3, hpZ (ZeRO++): the shard stays flat over the N ranks;
+                                   each rank also keeps a secondary copy of every unit sharded
+                                   among its H ranks ([kH, kH+H), H dividing N), taken from the
+                                   step's first gather of the unit (over all N); every later
+                                   gather until the next step or load runs inside the H ranks.
+                                   Bit-equal to flat stage 3; costs param_secondary bytes.
+                                   0 = off; ZRT_SHARD_GROUP_HOST = one host's ranks when the
+                                   world spans hosts of equal counts, else off. Finalize splits
+                                   comm (collective). ZRT_MEM_HOST; shard_group_size flat.
+                                   Structs of 120 bytes (older) read it as 0 */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -527,7 +537,8 @@ typedef struct zrt_partition_config {
         0,                          /* prefetch_next_step */               \
         0,                          /* offload_optimizer */                \
         0,                          /* grad_accumulate */                  \
-        0                           /* shard_group_size: flat */           \
+        0,                          /* shard_group_size: flat */           \
+        0                           /* hpz_group_size: off */              \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,
@@ -577,10 +588,11 @@ ZRT_API zrt_status_t zrt_partition_add_param_shaped(zrt_partition_t pm, int unit
 
 /* Lays out the shards, allocates every long-lived buffer, and checks that every rank registered
  * the same model with the same configuration; with hybrid sharding first forms the shard group
- * and replica communicators. Parameters start at zero (zrt_partition_load_param sets them).
- * Collective. Errors: ZRT_INVALID_ARGUMENT (the padded model over 2^50 elements, or more than
- * 2^22 buckets: raise bucket_bytes; shard_group_size not dividing N, or with offload_optimizer),
- * ZRT_UNSUPPORTED (hybrid sharding with ZRT_MEM_CUDA), ZRT_INVALID_USAGE (called twice, no
+ * and replica communicators, with hpZ the secondary copy's group communicator. Parameters start at
+ * zero (zrt_partition_load_param sets them). Collective. Errors: ZRT_INVALID_ARGUMENT (the padded
+ * model over 2^50 elements, or more than 2^22 buckets: raise bucket_bytes; shard_group_size not
+ * dividing N, or with offload_optimizer; hpz_group_size not dividing N, or with hybrid sharding),
+ * ZRT_UNSUPPORTED (hybrid sharding or hpZ with ZRT_MEM_CUDA), ZRT_INVALID_USAGE (called twice, no
  * parameter, ranks disagree: the differing ranks are named), ZRT_OUT_OF_MEMORY. */
 ZRT_API zrt_status_t zrt_partition_finalize(zrt_partition_t pm);
 
@@ -762,7 +774,7 @@ typedef struct zrt_partition_memory {
   uint64_t grad_staging;    /* the gradient window(s), and the f32 copy of the gradient shard
                                handed to the optimizer when it is needed */
   uint64_t model_state;     /* full_params + param_shard + gradients + grad_shard + master +
-                               optimizer_state */
+                               optimizer_state + param_secondary */
   uint64_t total;           /* every category, step_backup included */
   double theoretical_model_state; /* the ZeRO formula for this configuration, unpadded */
   uint64_t parameters;            /* trainable elements (P), without padding */
@@ -778,6 +790,9 @@ typedef struct zrt_partition_memory {
   uint64_t host_total;                   /* every byte in host offload memory */
   double theoretical_device_model_state; /* the formula's share of each side, unpadded */
   double theoretical_host_model_state;
+  uint64_t param_secondary; /* stage 3 hpZ (hpz_group_size = H): the secondary copy, 1/H of
+                               the padded parameters outside the persistent segment, in
+                               param dtype; in model_state and total */
 } zrt_partition_memory_t;
 
 /* Measures the manager's buffers. Local. Errors: ZRT_INVALID_ARGUMENT (memory->size),
@@ -792,13 +807,19 @@ ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memo
  * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory; exact for R = 2,
  * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N
  * (flat) intra is comm's own user counter, which counts the caller's collectives on comm too, and
- * inter is 0. */
+ * inter is 0. With hpZ (hpz_group_size = H; shard_group_size then reads H, replica_groups N/H)
+ * intra is the secondary copy's gathers, (H-1)/H * Ppad * param size per pass (every gather but
+ * each unit's first in a step), and inter comm's user counter: the first gathers and the
+ * reduce-scatters over all N ranks, (N-1)/N * Ppad * size per pass, and the caller's own
+ * collectives on comm. */
 typedef struct zrt_partition_traffic {
   size_t size;                /* sizeof(zrt_partition_traffic_t) as the caller compiled it */
   int shard_group_size;       /* G as resolved */
   int replica_groups;         /* R = N / G */
-  uint64_t intra_group_bytes; /* parameter gathers and gradient reduce-scatters in the group */
-  uint64_t inter_group_bytes; /* all-reduces of the gradient shard across the groups */
+  uint64_t intra_group_bytes; /* collectives inside the group: parameter gathers and gradient
+                                 reduce-scatters (hpZ: the secondary copy's gathers) */
+  uint64_t inter_group_bytes; /* collectives across the groups: the gradient shard's all-reduces
+                                 (hpZ: everything over all N ranks) */
 } zrt_partition_traffic_t;
 
 /* Reads the traffic counters since creation. Local; thread-safe with the manager's other calls

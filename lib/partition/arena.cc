@@ -59,8 +59,10 @@ void Arena::count_external(size_t bytes, MemoryCategory category) {
 // admission refusal (lib/core/memory_probe.h) tells the user to shrink.
 std::string Arena::describe_categories() const {
   static constexpr const char* kNames[] = {
-      "full parameters", "parameter shard", "gradients",     "gradient shard",   "master weights",
-      "optimizer state", "buckets",         "gather window", "gradient staging", "step backup"};
+      "full parameters", "parameter shard",     "gradients",
+      "gradient shard",  "master weights",      "optimizer state",
+      "buckets",         "gather window",       "gradient staging",
+      "step backup",     "secondary parameters"};
   static_assert(std::size(kNames) == static_cast<size_t>(MemoryCategory::kCount));
   size_t bytes[static_cast<size_t>(MemoryCategory::kCount)] = {};
   for (size_t i = 0; i < entry_count_; ++i) {
@@ -107,6 +109,7 @@ void Arena::measure(MemoryFigures* f) const {
   f->gather_window = sums[static_cast<int>(MemoryCategory::kGatherWindow)];
   f->grad_staging = sums[static_cast<int>(MemoryCategory::kGradStaging)];
   f->step_backup = sums[static_cast<int>(MemoryCategory::kStepBackup)];
+  f->param_secondary = sums[static_cast<int>(MemoryCategory::kParamSecondary)];
   f->host_model_state = 0;  // one arena is one side; PartitionResources::measure joins two
   f->host_total = 0;
   complete_memory_figures(f);

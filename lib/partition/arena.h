@@ -30,6 +30,7 @@ enum class MemoryCategory : uint8_t {
   kGatherWindow,
   kGradStaging,
   kStepBackup,
+  kParamSecondary,
   kCount
 };
 

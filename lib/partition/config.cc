@@ -77,6 +77,18 @@ Status validate_partition_options(const PartitionOptions& o) {
         "stage 1, 2 or 3 for hybrid sharding)",
         o.shard_group_size);
   }
+  if (o.hpz_group_size < ZRT_SHARD_GROUP_HOST) {
+    return Status::invalid_argument(
+        "config.hpz_group_size is {}; expected 0 (off), ZRT_SHARD_GROUP_HOST (-1, the ranks of "
+        "one host) or a group size dividing the number of ranks",
+        o.hpz_group_size);
+  }
+  if (o.hpz_group_size != 0 && o.stage != 3) {
+    return Status::invalid_argument(
+        "config.hpz_group_size is {} at stage {}; hpZ's secondary parameter copy exists only at "
+        "stage 3, where parameters are sharded (leave it 0, or use stage 3)",
+        o.hpz_group_size, o.stage);
+  }
   if (o.offload_optimizer && o.stage == 0) {
     return Status::invalid_argument(
         "config.offload_optimizer is 1 at stage 0; offload needs a sharded optimizer state "
@@ -149,6 +161,15 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       o.grad_accumulate = config->grad_accumulate != 0;
     }
     if (ZRT_HAS_FIELD(n, shard_group_size)) o.shard_group_size = config->shard_group_size;
+    if (ZRT_HAS_FIELD(n, hpz_group_size)) {
+      if (config->hpz_group_size < ZRT_SHARD_GROUP_HOST || config->hpz_group_size > INT32_MAX) {
+        return Status::invalid_argument(
+            "config.hpz_group_size is {}; expected 0 (off), ZRT_SHARD_GROUP_HOST (-1) or a group "
+            "size dividing the number of ranks",
+            config->hpz_group_size);
+      }
+      o.hpz_group_size = static_cast<int>(config->hpz_group_size);
+    }
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -182,6 +203,7 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   if (ZRT_HAS_FIELD(config->size, shard_group_size)) {
     config->shard_group_size = o.shard_group_size;
   }
+  if (ZRT_HAS_FIELD(config->size, hpz_group_size)) config->hpz_group_size = o.hpz_group_size;
 }
 
 Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
@@ -280,6 +302,9 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
     } else if (key == "shard_group_size") {
       ZRT_RETURN_IF_ERROR(want_int(0, INT32_MAX, &v));
       o.shard_group_size = static_cast<int>(v);
+    } else if (key == "hpz_group_size") {
+      ZRT_RETURN_IF_ERROR(want_int(ZRT_SHARD_GROUP_HOST, INT32_MAX, &v));
+      o.hpz_group_size = static_cast<int>(v);
     } else {
       return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
     }
@@ -321,6 +346,7 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.offload_optimizer ? 1 : 0);
   mix(o.grad_accumulate ? 1 : 0);
   mix(static_cast<uint64_t>(o.shard_group_size));
+  mix(static_cast<uint64_t>(o.hpz_group_size));
   return h;
 }
 

@@ -68,6 +68,11 @@ struct PartitionOptions {
   // reduce-scatters, which carry most bytes, stay there, and only the all-reduce of a shard
   // (1/G of the gradients) crosses hosts.
   int shard_group_size = 0;
+  // Stage 3: ranks sharing the secondary copy of hpZ (shard_groups.h; -1 = the ranks of one
+  // host), 0 = off. Off by default: it costs Ppad/G parameter elements more per rank, which
+  // pays only where the links between hosts are the slow ones. Finalize replaces -1 by the
+  // group size it resolved (0 when it resolved off).
+  int hpz_group_size = 0;
 };
 
 // Checks ranges and combinations; messages name the field.

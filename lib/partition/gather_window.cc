@@ -27,7 +27,19 @@ GatherWindow::GatherWindow(const PartitionContext& ctx)
       mapped_(ctx.layout.units().size(), 0),
       slots_(static_cast<int>(ctx.streams.slot_events.size()), unit_gather_bytes(ctx)),
       order_(static_cast<int>(ctx.layout.units().size())),
-      shard_stale_(ctx.layout.segments().size(), 0) {}
+      shard_stale_(ctx.layout.segments().size(), 0) {
+  if (ctx.secondary == nullptr) return;
+  const auto& segments = ctx.layout.segments();
+  size_t offset = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    secondary_offset_.push_back(offset);
+    if (static_cast<int>(s) == ctx.layout.persistent_segment()) continue;
+    offset += segments[s].numel / static_cast<size_t>(ctx.secondary_size);
+  }
+  secondary_current_.assign(segments.size(), 0);
+  slot_secondary_.assign(ctx.streams.slot_events.size(), 0);
+  slot_copied_segment_.assign(ctx.streams.slot_events.size(), -1);
+}
 
 int GatherWindow::first_fetched() const {
   for (size_t u = 0; u < fetched_.size(); ++u) {
@@ -87,6 +99,73 @@ Status GatherWindow::flush_conversions() {
 
 void GatherWindow::forget() {
   slots_.forget(fetched_);
+  std::fill(secondary_current_.begin(), secondary_current_.end(), 0);
+}
+
+Event& GatherWindow::slot_event(int slot) const {
+  if (!slot_secondary_.empty() && slot_secondary_[slot]) {
+    return *ctx_.streams.secondary_slot_events[slot];
+  }
+  return *ctx_.streams.slot_events[slot];
+}
+
+Status GatherWindow::wait_other_stream(int slot, bool secondary) const {
+  if (slot_secondary_.empty() || (slot_secondary_[slot] != 0) == secondary) return Status::ok();
+  // The slot's last gather ran on the other stream; a unit evicted or forgotten unfetched may
+  // still be arriving there.
+  ZRT_RETURN_IF_ERROR(slot_event(slot).synchronize());
+  const int copied = slot_copied_segment_[slot];
+  if (secondary && copied >= 0) {
+    // The world's stream may still be copying out of the slot.
+    ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_copied[copied]->synchronize());
+  }
+  return Status::ok();
+}
+
+Status GatherWindow::gather_from_secondary(int unit, int slot) {
+  const int s = ctx_.layout.units()[unit].segment;
+  const Segment& segment = ctx_.layout.segments()[s];
+  // The copy that made the slice current ran on the world's stream (for backward, while the
+  // forward went on: long done).
+  ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_copied[s]->synchronize());
+  Stream& stream = *ctx_.streams.secondary_ag;
+  CollectiveArgs args;
+  args.kind = ZRT_COLL_ALL_GATHER;
+  args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_secondary, secondary_offset_[s]);
+  args.recvbuf = slot_address(slot);
+  args.count = segment.numel / static_cast<size_t>(ctx_.secondary_size);
+  args.dtype = ctx_.options.param_dtype;
+  args.purpose = Purpose::kUnit;
+  args.purpose_id = unit;
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.secondary_rank, ctx_.secondary_size, args));
+  ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_slot_events[slot]->record(stream));
+  slot_secondary_[slot] = 1;
+  slot_copied_segment_[slot] = -1;
+  return Status::ok();
+}
+
+Status GatherWindow::copy_into_secondary(int segment, int slot) {
+  const size_t slice =
+      ctx_.layout.segments()[segment].numel / static_cast<size_t>(ctx_.secondary_size);
+  const char* from =
+      ctx_.param_ptr(slot_address(slot), slice * static_cast<size_t>(ctx_.secondary_rank));
+  char* to = ctx_.param_ptr(ctx_.buffers.param_secondary, secondary_offset_[segment]);
+  // A gather from the old copy may still read it: one dropped unfetched (nothing else is in
+  // flight there when a step's first forward copies; the wait is then free).
+  ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_ag->synchronize());
+  ElementOps* ops = ctx_.ops;
+  const size_t p_size = ctx_.p_size;
+  Stream& ag = *ctx_.streams.ag;
+  ZRT_RETURN_IF_ERROR(ctx_.run_piecewise(
+      ag, slice,
+      [ops, from, to, p_size](size_t begin, size_t count) {
+        ops->copy(to + begin * p_size, from + begin * p_size, count * p_size);
+      },
+      "partition: copy a gathered unit's slice into hpZ's secondary copy"));
+  ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_copied[segment]->record(ag));
+  secondary_current_[segment] = 1;
+  slot_copied_segment_[slot] = segment;
+  return Status::ok();
 }
 
 void GatherWindow::evict(int slot) {
@@ -97,27 +176,44 @@ void GatherWindow::evict(int slot) {
 Status GatherWindow::gather_into_slot(int unit, int slot, bool prefetch, bool again) {
   const int segment_index = ctx_.layout.units()[unit].segment;
   const Segment& segment = ctx_.layout.segments()[segment_index];
-  if (shard_stale_[segment_index]) {
+  const bool secondary = secondary_is_current(segment_index);
+  if (!secondary && shard_stale_[segment_index]) {
     ZRT_RETURN_IF_ERROR(
         convert_shard_segment(segment_index).with_context(fmt::format("gathering unit {}", unit)));
   }
+  ZRT_RETURN_IF_ERROR(
+      wait_other_stream(slot, secondary).with_context(fmt::format("gathering unit {}", unit)));
   MappedWindow* mapped = ctx_.buffers.mapped_window;
   if (mapped != nullptr) {
     ZRT_RETURN_IF_ERROR(
         mapped->prepare_gather(slot).with_context(fmt::format("gathering unit {}", unit)));
   }
-  Stream& ag = *ctx_.streams.ag;
-  CollectiveArgs args;
-  args.kind = ZRT_COLL_ALL_GATHER;
-  args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_shard, segment.shard_offset);
-  args.recvbuf = slot_address(slot);
-  args.count = segment.slice;
-  args.dtype = ctx_.options.param_dtype;
-  args.purpose = Purpose::kUnit;
-  args.purpose_id = unit;
-  ZRT_RETURN_IF_ERROR(enqueue_collective(ag, ctx_.rank, ctx_.size, args)
-                          .with_context(fmt::format("gathering unit {}", unit)));
-  ZRT_RETURN_IF_ERROR(ctx_.streams.slot_events[slot]->record(ag));
+  if (secondary) {
+    ZRT_RETURN_IF_ERROR(
+        gather_from_secondary(unit, slot)
+            .with_context(fmt::format("gathering unit {} from hpZ's secondary copy", unit)));
+  } else {
+    Stream& ag = *ctx_.streams.ag;
+    CollectiveArgs args;
+    args.kind = ZRT_COLL_ALL_GATHER;
+    args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_shard, segment.shard_offset);
+    args.recvbuf = slot_address(slot);
+    args.count = segment.slice;
+    args.dtype = ctx_.options.param_dtype;
+    args.purpose = Purpose::kUnit;
+    args.purpose_id = unit;
+    ZRT_RETURN_IF_ERROR(enqueue_collective(ag, ctx_.rank, ctx_.size, args)
+                            .with_context(fmt::format("gathering unit {}", unit)));
+    // The fetch waits for the gather only; the copy runs behind it, reading the slot, and what
+    // writes the slot next waits for it (stream order, or wait_other_stream).
+    ZRT_RETURN_IF_ERROR(ctx_.streams.slot_events[slot]->record(ag));
+    if (!slot_secondary_.empty()) {
+      slot_secondary_[slot] = 0;
+      slot_copied_segment_[slot] = -1;
+      ZRT_RETURN_IF_ERROR(copy_into_secondary(segment_index, slot)
+                              .with_context(fmt::format("gathering unit {}", unit)));
+    }
+  }
   slots_.occupy(unit, slot, prefetch, again);
   if (prefetch) {
     ++stats_.prefetches;
@@ -191,8 +287,8 @@ Status GatherWindow::fetch_into_window(int unit) {
     ZRT_RETURN_IF_ERROR(gather_into_slot(unit, slot, /*prefetch=*/false));
   }
   prefetch_after(unit);
-  ZRT_RETURN_IF_ERROR(ctx_.streams.slot_events[slot]->synchronize().with_context(
-      fmt::format("fetching unit {}", unit)));
+  ZRT_RETURN_IF_ERROR(
+      slot_event(slot).synchronize().with_context(fmt::format("fetching unit {}", unit)));
   // The unit's own address shows the slot only now, while it is fetched: the slot's memory is
   // the window's, the address the unit's for the manager's life.
   MappedWindow* mapped = ctx_.buffers.mapped_window;
@@ -270,6 +366,7 @@ void GatherWindow::rederive() {
   ctx_.ops->convert(ZRT_F32, ctx_.buffers.master, ctx_.options.param_dtype,
                     ctx_.buffers.param_shard, ctx_.layout.shard_numel());
   std::fill(shard_stale_.begin(), shard_stale_.end(), 0);
+  std::fill(secondary_current_.begin(), secondary_current_.end(), 0);
 }
 
 void GatherWindow::end_step() {

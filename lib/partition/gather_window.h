@@ -38,6 +38,18 @@
 // gather (evicted unused when its slot is needed), never a hang or wrong data, because a
 // demanded unit is always gathered on demand when it is not in the window.
 //
+// hpZ (config.hpz_group_size = H, ZeRO++'s hierarchical partitioning): the shard stays flat over
+// all N ranks. A gather of a unit whose secondary copy is stale runs over the world as above and
+// is followed, on the same stream, by a copy of the H-rank slice this rank keeps
+// (param_secondary, 1/H of the segment) out of the gathered slot; the copy is then current, and
+// every later gather of the unit (backward, recomputation, further micro-batches) is an
+// all-gather of those slices among the H ranks, on the secondary group's stream. An all-gather
+// only copies, so both paths put the same bits in the slot. forget() (the parameters changed:
+// publish, load, checkpoint) and rederive() mark every copy stale, so the next step's forward
+// gathers over the world again. The two streams are not ordered with each other: a gather into
+// a slot first waits (on the host) for the other stream's last work on that slot, and a gather
+// from a copy for the copy itself, both usually long done.
+//
 // Stages 1/2 have no window: fetch waits for the post-step gathers of the unit's segments.
 #pragma once
 
@@ -113,6 +125,14 @@ class GatherWindow {
   void evict(int slot);
   void update_peaks();
   Status convert_shard_segment(int segment);
+  // hpZ (see the top of this file).
+  bool secondary_is_current(int segment) const {
+    return !secondary_current_.empty() && secondary_current_[segment] != 0;
+  }
+  Event& slot_event(int slot) const;  // after the last gather into the slot, on either stream
+  Status wait_other_stream(int slot, bool secondary) const;
+  Status gather_from_secondary(int unit, int slot);
+  Status copy_into_secondary(int segment, int slot);
 
   const PartitionContext& ctx_;
   std::vector<uint8_t> fetched_;  // per unit
@@ -121,6 +141,13 @@ class GatherWindow {
   FetchOrder order_;
   // Stage 3, per segment: the parameter shard still holds the parameters before the last step.
   std::vector<uint8_t> shard_stale_;
+  // hpZ (empty when off). Per segment: where this rank's slice of it sits in param_secondary,
+  // and whether that slice holds the current parameters. Per slot: whether its last gather ran
+  // on the secondary stream, and which segment's copy into the secondary read it last (-1).
+  std::vector<size_t> secondary_offset_;
+  std::vector<uint8_t> secondary_current_;
+  std::vector<uint8_t> slot_secondary_;
+  std::vector<int> slot_copied_segment_;
   WindowStats stats_;
 };
 

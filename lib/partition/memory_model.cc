@@ -18,6 +18,17 @@ int window_slots(const PartitionOptions& options, const Layout& layout) {
   return std::max(slots, 1);
 }
 
+size_t secondary_numel(const PartitionOptions& options, const Layout& layout) {
+  if (options.hpz_group_size <= 0 || !StagePolicy(options).shards_params()) return 0;
+  const auto& segments = layout.segments();
+  size_t numel = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (static_cast<int>(s) == layout.persistent_segment()) continue;
+    numel += segments[s].numel / static_cast<size_t>(options.hpz_group_size);
+  }
+  return numel;
+}
+
 BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   BufferPlan plan;
   const StagePolicy policy(options);
@@ -32,6 +43,7 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
     plan.full_params = layout.padded_numel();
   } else {
     plan.param_shard = layout.shard_numel();
+    plan.param_secondary = secondary_numel(options, layout);
     if (layout.persistent_segment() >= 0) {
       plan.full_params = layout.segments()[layout.persistent_segment()].numel;
     }
@@ -82,6 +94,10 @@ double zero_model_state_bytes(const PartitionOptions& options, int ranks, double
   bytes += static_cast<double>(layout.frozen_numel()) * p;
   if (policy.has_persistent_segment()) bytes += static_cast<double>(layout.persistent_numel()) * p;
   if (policy.shards_grads() && options.no_sync_accumulation) bytes += elements * g;
+  if (policy.shards_params() && options.hpz_group_size > 0) {
+    const double units = elements - static_cast<double>(layout.persistent_numel());
+    bytes += units * p / static_cast<double>(options.hpz_group_size);
+  }
   return bytes;
 }
 
@@ -93,8 +109,8 @@ double zero_host_model_state_bytes(const PartitionOptions& options, int ranks, d
 }
 
 void complete_memory_figures(MemoryFigures* f) {
-  f->model_state = f->full_params + f->param_shard + f->gradients + f->grad_shard + f->master +
-                   f->optimizer_state;
+  f->model_state = f->full_params + f->param_shard + f->param_secondary + f->gradients +
+                   f->grad_shard + f->master + f->optimizer_state;
   f->total = f->model_state + f->buckets + f->gather_window + f->grad_staging + f->step_backup;
   f->device_model_state = f->model_state - f->host_model_state;
   f->device_total = f->total - f->host_total;
@@ -107,6 +123,7 @@ MemoryFigures memory_figures(const PartitionOptions& options, const Layout& layo
   MemoryFigures f;
   f.full_params = (plan.full_params + plan.frozen) * p;
   f.param_shard = plan.param_shard * p;
+  f.param_secondary = plan.param_secondary * p;
   f.gradients = plan.full_grads * g;
   f.grad_shard = plan.grad_shard * g;
   f.master = plan.master * 4;
@@ -170,6 +187,10 @@ void memory_figures_to_c(const MemoryFigures& f, zrt_partition_memory_t* out) {
     out->host_total = f.host_total;
     out->theoretical_device_model_state = f.theoretical_device_model_state;
     out->theoretical_host_model_state = f.theoretical_host_model_state;
+  }
+  if (out->size >=
+      offsetof(zrt_partition_memory_t, param_secondary) + sizeof(out->param_secondary)) {
+    out->param_secondary = f.param_secondary;
   }
 }
 

@@ -14,6 +14,9 @@
 // gradients (P g). The measured figure uses the padded element count in place of P; the
 // difference is the padding, at most S x alignment per segment.
 //
+// hpZ (stage 3, hpz_group_size = H): plus the secondary copy, (P - Q) p / H (f16: 2P/H), padded:
+// 1/H of every unit segment. Model state, since it holds parameters for the whole step.
+//
 // Constant buffers (independent of the number of units): two reduction buckets (stage 2: of
 // the bucket size; stage 3: of the largest unit, plus one for the persistent segment), the
 // stage 3 gather window (depth + 1 slots of the largest unit), and the gradient staging window
@@ -65,6 +68,8 @@ struct BufferPlan {
   size_t backup = 0;          // f32 elements per backed-up array (master, then each state slot)
   // offload_optimizer: master, state, backup and optimizer_grad are carved from host memory.
   bool offload = false;
+  // Param dtype, stage 3 hpZ: the secondary copy (secondary_numel).
+  size_t param_secondary = 0;
 };
 
 struct MemoryFigures {
@@ -90,6 +95,7 @@ struct MemoryFigures {
   uint64_t host_total = 0;
   double theoretical_device_model_state = 0;
   double theoretical_host_model_state = 0;
+  uint64_t param_secondary = 0;
 };
 
 // Sets model_state, total and the device columns from the byte fields and the host ones.
@@ -97,6 +103,10 @@ void complete_memory_figures(MemoryFigures* figures);
 
 // Stage 3 gather window slots: depth + 1, fewer when max_live_bytes allows fewer (never < 1).
 int window_slots(const PartitionOptions& options, const Layout& layout);
+
+// hpZ: elements of the secondary copy, 1/H of every unit segment (the persistent one stays
+// gathered); 0 when hpz_group_size is not a resolved H > 0.
+size_t secondary_numel(const PartitionOptions& options, const Layout& layout);
 
 BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout);
 

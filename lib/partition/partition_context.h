@@ -27,6 +27,8 @@ struct PartitionBuffers {
   char* full_params = nullptr;
   char* frozen = nullptr;
   char* param_shard = nullptr;
+  // hpZ: this rank's 1/H slice of every unit segment, segment after segment (gather_window.h).
+  char* param_secondary = nullptr;
   char* full_grads = nullptr;
   char* grad_shard = nullptr;
   float* master = nullptr;
@@ -65,6 +67,12 @@ struct PartitionStreams {
   Stream* offload = nullptr;
   std::vector<Event*> segment_reduced;
   std::vector<Event*> segment_copied;
+  // hpZ: gathers from the secondary copy run on the secondary group's communicator, whose
+  // events the world's streams cannot wait for: per slot after such a gather (on that
+  // communicator), and per segment after the copy into the secondary (on the world's).
+  Stream* secondary_ag = nullptr;
+  std::vector<Event*> secondary_slot_events;
+  std::vector<Event*> secondary_copied;
 };
 
 struct PartitionContext {
@@ -96,6 +104,11 @@ struct PartitionContext {
   Communicator& world;
   // Hybrid sharding: the gradient shard's all-reduce across the groups; null when flat.
   Communicator* replicas;
+  // hpZ (shard_groups.h): the H ranks sharing the secondary parameter copy, null when off; set
+  // by finalize before the resources. secondary_rank is this rank's index among them.
+  Communicator* secondary = nullptr;
+  int secondary_size = 0;
+  int secondary_rank = 0;
   const PartitionOptions options;
   const StagePolicy policy;
   const int rank;

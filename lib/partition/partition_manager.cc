@@ -177,11 +177,21 @@ Status PartitionManager::check_ranks_agree() {
 Status PartitionManager::finalize() {
   if (destroyed_) return Status::invalid_usage("the partition manager was destroyed");
   if (finalized_) return Status::invalid_usage("zrt_partition_finalize was already called");
-  if (!groups_.hybrid()) ZRT_RETURN_IF_ERROR(form_shard_groups(world_, ctx_->options, &groups_));
+  if (!groups_.formed) ZRT_RETURN_IF_ERROR(form_shard_groups(world_, ctx_->options, &groups_));
   if (groups_.hybrid()) {
     const PartitionOptions options = ctx_->options;
     ctx_ =
         std::make_unique<PartitionContext>(*groups_.group, world_, groups_.replicas.get(), options);
+  } else if (ctx_->options.hpz_group_size != groups_.secondary_size) {
+    // The plan and the window read hpZ's group size as resolved (ZRT_SHARD_GROUP_HOST or off).
+    PartitionOptions options = ctx_->options;
+    options.hpz_group_size = groups_.secondary_size;
+    ctx_ = std::make_unique<PartitionContext>(world_, options);
+  }
+  if (groups_.secondary != nullptr) {
+    ctx_->secondary = groups_.secondary.get();
+    ctx_->secondary_size = groups_.secondary_size;
+    ctx_->secondary_rank = groups_.secondary->rank();
   }
   ZRT_RETURN_IF_ERROR(
       Layout::build(ctx_->options, ctx_->size, unit_specs_, param_specs_, &ctx_->layout));
@@ -426,6 +436,15 @@ Status PartitionManager::traffic(zrt_partition_traffic_t* traffic) const {
   ZRT_RETURN_IF_ERROR(check_finalized("traffic"));
   zrt_comm_stats_t stats{};
   ctx_->comm.engine().counters().snapshot(&stats);
+  if (ctx_->secondary != nullptr) {
+    // hpZ: what runs over every rank crosses the groups; the secondary copy's gathers do not.
+    traffic->shard_group_size = ctx_->secondary_size;
+    traffic->replica_groups = ctx_->world_size / ctx_->secondary_size;
+    traffic->inter_group_bytes = stats.user.bytes_sent;
+    ctx_->secondary->engine().counters().snapshot(&stats);
+    traffic->intra_group_bytes = stats.user.bytes_sent;
+    return Status::ok();
+  }
   traffic->shard_group_size = groups_.hybrid() ? groups_.group_size : ctx_->size;
   traffic->replica_groups = groups_.hybrid() ? groups_.replica_groups : 1;
   traffic->intra_group_bytes = stats.user.bytes_sent;

@@ -40,6 +40,7 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   const size_t h_full = a.plan(b.full_params * p_size, MemoryCategory::kFullParams);
   const size_t h_frozen = a.plan(b.frozen * p_size, MemoryCategory::kFullParams);
   const size_t h_pshard = a.plan(b.param_shard * p_size, MemoryCategory::kParamShard);
+  const size_t h_psecondary = a.plan(b.param_secondary * p_size, MemoryCategory::kParamSecondary);
   const size_t h_fgrads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
   const size_t h_gshard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
   const size_t h_master = m.plan(b.master * 4, MemoryCategory::kMaster);
@@ -79,6 +80,7 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   buf.full_params = static_cast<char*>(a.address(h_full));
   buf.frozen = static_cast<char*>(a.address(h_frozen));
   buf.param_shard = static_cast<char*>(a.address(h_pshard));
+  buf.param_secondary = static_cast<char*>(a.address(h_psecondary));
   buf.full_grads = static_cast<char*>(a.address(h_fgrads));
   buf.grad_shard = static_cast<char*>(a.address(h_gshard));
   buf.master = static_cast<float*>(m.address(h_master));
@@ -162,7 +164,22 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
   // thread while the training thread runs the optimizer (gradient_pipeline.h).
   if (ctx.plan.offload) ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.offload));
   auto make = [&engine](Event** event) { return engine.create_event(event); };
-  return create_events(ctx, make);
+  ZRT_RETURN_IF_ERROR(create_events(ctx, make));
+  return ctx.secondary != nullptr ? create_secondary_streams(ctx) : Status::ok();
+}
+
+// hpZ (host memory only, shard_groups.cc refuses the rest): a stream and slot events on the
+// secondary group's engine, and the per-segment copy events on the world's.
+Status PartitionResources::create_secondary_streams(PartitionContext& ctx) {
+  ProgressEngine& group = ctx.secondary->engine();
+  PartitionStreams& s = ctx.streams;
+  ZRT_RETURN_IF_ERROR(group.create_stream(ctx.options.mem_kind, &s.secondary_ag));
+  s.secondary_slot_events.assign(s.slot_events.size(), nullptr);
+  for (Event*& event : s.secondary_slot_events) ZRT_RETURN_IF_ERROR(group.create_event(&event));
+  ProgressEngine& world = ctx.comm.engine();
+  s.secondary_copied.assign(ctx.layout.segments().size(), nullptr);
+  for (Event*& event : s.secondary_copied) ZRT_RETURN_IF_ERROR(world.create_event(&event));
+  return Status::ok();
 }
 
 // ZRT_MEM_CUDA: streams and events of the device context, owned here (the engine does not know
@@ -236,6 +253,19 @@ Status PartitionResources::release(PartitionContext& ctx) {
     s.persistent_event = nullptr;
   }
   // Destroying a stream waits for its work, so buffers are idle before the arena goes.
+  if (ctx.secondary != nullptr) {
+    ProgressEngine& group = ctx.secondary->engine();
+    if (s.secondary_ag != nullptr) keep(group.destroy_stream(s.secondary_ag));
+    for (Event* event : s.secondary_slot_events) {
+      if (event != nullptr) keep(group.destroy_event(event));
+    }
+  }
+  for (Event* event : s.secondary_copied) {
+    if (event != nullptr) keep(engine.destroy_event(event));
+  }
+  s.secondary_ag = nullptr;
+  s.secondary_slot_events.clear();
+  s.secondary_copied.clear();
   if (s.ag != nullptr) keep(engine.destroy_stream(s.ag));
   if (s.rs != nullptr) keep(engine.destroy_stream(s.rs));
   if (s.copy != nullptr) keep(engine.destroy_stream(s.copy));

@@ -51,6 +51,7 @@ class PartitionResources {
   Status create_mapped_window(PartitionContext& ctx);
   Status create_streams(PartitionContext& ctx);
   Status create_device_streams(PartitionContext& ctx);
+  Status create_secondary_streams(PartitionContext& ctx);
   Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
 
   std::unique_ptr<Arena> arena_;

@@ -100,7 +100,8 @@ class PartitionConfig(ctypes.Structure):
                 ("alignment", size_t), ("mem_kind", ctypes.c_int),
                 ("no_sync_accumulation", ctypes.c_int), ("step_backup", ctypes.c_int),
                 ("prefetch_next_step", ctypes.c_int), ("offload_optimizer", ctypes.c_int),
-                ("grad_accumulate", ctypes.c_int), ("shard_group_size", ctypes.c_int)]
+                ("grad_accumulate", ctypes.c_int), ("shard_group_size", ctypes.c_int),
+                ("hpz_group_size", ctypes.c_int64)]
 
 
 class ParamInfo(ctypes.Structure):
@@ -137,7 +138,8 @@ class PartitionMemory(ctypes.Structure):
             ("device_model_state", ctypes.c_uint64), ("device_total", ctypes.c_uint64),
             ("host_model_state", ctypes.c_uint64), ("host_total", ctypes.c_uint64),
             ("theoretical_device_model_state", ctypes.c_double),
-            ("theoretical_host_model_state", ctypes.c_double)]
+            ("theoretical_host_model_state", ctypes.c_double),
+            ("param_secondary", ctypes.c_uint64)]
 
 
 class PartitionStats(ctypes.Structure):

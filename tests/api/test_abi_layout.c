@@ -62,7 +62,7 @@ int main(void) {
   FIELD(zrt_comm_stats_t, internal, 40);
   FIELD(zrt_comm_stats_t, per_kind, 72);
 
-  SIZE(zrt_partition_config_t, 120);
+  SIZE(zrt_partition_config_t, 128);
   FIELD(zrt_partition_config_t, size, 0);
   FIELD(zrt_partition_config_t, magic, 8);
   FIELD(zrt_partition_config_t, version, 12);
@@ -84,6 +84,7 @@ int main(void) {
   FIELD(zrt_partition_config_t, offload_optimizer, 104);
   FIELD(zrt_partition_config_t, grad_accumulate, 108);
   FIELD(zrt_partition_config_t, shard_group_size, 112);
+  FIELD(zrt_partition_config_t, hpz_group_size, 120);
 
   SIZE(zrt_partition_traffic_t, 32);
   FIELD(zrt_partition_traffic_t, size, 0);
@@ -154,7 +155,7 @@ int main(void) {
   FIELD(zrt_optimizer_config_t, decay_mask_count, 112);
   FIELD(zrt_optimizer_config_t, pool, 120);
 
-  SIZE(zrt_partition_memory_t, 176);
+  SIZE(zrt_partition_memory_t, 184);
   FIELD(zrt_partition_memory_t, size, 0);
   FIELD(zrt_partition_memory_t, full_params, 8);
   FIELD(zrt_partition_memory_t, param_shard, 16);
@@ -177,6 +178,7 @@ int main(void) {
   FIELD(zrt_partition_memory_t, host_total, 152);
   FIELD(zrt_partition_memory_t, theoretical_device_model_state, 160);
   FIELD(zrt_partition_memory_t, theoretical_host_model_state, 168);
+  FIELD(zrt_partition_memory_t, param_secondary, 176);
 
   SIZE(zrt_partition_stats_t, 72);
   FIELD(zrt_partition_stats_t, size, 0);

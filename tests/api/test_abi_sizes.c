@@ -92,6 +92,8 @@ static void test_init_functions(void) {
   CHECK(part.prefetch_next_step == part_macro.prefetch_next_step);
   CHECK(part.offload_optimizer == part_macro.offload_optimizer && part.offload_optimizer == 0);
   CHECK(part.grad_accumulate == part_macro.grad_accumulate && part.grad_accumulate == 0);
+  CHECK(part.shard_group_size == part_macro.shard_group_size);
+  CHECK(part.hpz_group_size == part_macro.hpz_group_size && part.hpz_group_size == 0);
 
   /* An older caller's struct: the defaults of the fields it has, nothing past its end. */
   older = offsetof(zrt_partition_config_t, prefetch_next_step);
@@ -210,6 +212,26 @@ static zrt_partition_t make_partition(zrt_comm_t comm) {
   return pm;
 }
 
+/* A config from before hpz_group_size (120 bytes): the field is not read, even when the bytes
+ * behind the caller's struct hold a value refused at stage 2; and config_init leaves them. */
+static void test_pre_hpz_config(zrt_comm_t comm) {
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  const size_t older = offsetof(zrt_partition_config_t, hpz_group_size);
+  zrt_partition_t pm = NULL;
+  CHECK(older == 120);
+  config.stage = 2;
+  config.hpz_group_size = 7; /* refused if read */
+  CHECK(zrt_partition_create(comm, &config, &pm) == ZRT_INVALID_ARGUMENT && pm == NULL);
+  CHECK(strstr(zrt_last_error(), "config.hpz_group_size") != NULL);
+  config.size = older;
+  CHECK_OK(zrt_partition_create(comm, &config, &pm));
+  if (pm != NULL) CHECK_OK(zrt_partition_destroy(pm));
+  memset(&config, POISON, sizeof config);
+  CHECK_OK(zrt_partition_config_init(&config, older));
+  CHECK(config.size == older && config.shard_group_size == 0);
+  CHECK(untouched(&config, older, sizeof config));
+}
+
 /* Each query, with an older size: the prefix equals the whole query's, nothing past it. */
 static void test_queries(zrt_partition_t pm) {
   zrt_partition_memory_t memory_full, memory;
@@ -267,6 +289,7 @@ int main(void) {
   if (comm != NULL) {
     test_comm_configs(comm);
     test_partition_config_load();
+    test_pre_hpz_config(comm);
     pm = make_partition(comm);
     if (pm != NULL) {
       test_queries(pm);

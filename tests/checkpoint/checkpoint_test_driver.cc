@@ -50,6 +50,7 @@ bool ckpt_create(zrt_comm_t comm, const CkptModel& model, const CkptConfig& c, C
   config.param_dtype = c.param_dtype;
   config.bucket_bytes = c.bucket_bytes;
   config.persistence_threshold = c.persistence_threshold;
+  config.hpz_group_size = c.hpz_group_size;
   config.alignment = 4;
   CKPT_OK(zrt_partition_create(comm, &config, &run->pm));
   const MlpParams init = mlp_init(model.shape, 7);

@@ -22,6 +22,7 @@ struct CkptConfig {
   zrt_dtype_t param_dtype = ZRT_F32;
   size_t bucket_bytes = 256;
   size_t persistence_threshold = 0;
+  int hpz_group_size = 0;  // stage 3 hpZ's secondary group (0: off)
 };
 
 // A communicator from the harness's file OOB (ZRT_TEST_RUN_DIR); null after a test failure.

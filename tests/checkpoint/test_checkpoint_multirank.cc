@@ -87,6 +87,46 @@ TEST(CheckpointMultirank, SavedAtN4Stage3ResumesAtOtherNAndStagesLikeAnUninterru
   ckpt_remove_tree(root);
 }
 
+// hpZ keeps the flat stage 3 shard, so its checkpoints are flat stage 3's: saved with a secondary
+// copy in groups of two and resumed with one, the run ends bit-equal to an uninterrupted one (the
+// load marks the secondary copy stale, so the resumed forward gathers over all ranks first).
+TEST(CheckpointMultirank, HpzSavesAndResumesLikeAnUninterruptedRunN4) {
+  const std::string root = ckpt_temp_dir();
+  const std::string dir = root + "/ckpt";
+  const CkptModel model;
+  const int saved_at = 2, more = 2;
+  CkptConfig config;
+  config.stage = 3;
+  config.persistence_threshold = 20;
+  config.hpz_group_size = 2;
+  train_and_save(4, model, config, saved_at, dir);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  expect_ranks_pass(4, [&](int rank, int size) {
+    zrt_comm_t comm = ckpt_make_comm(rank, size);
+    if (comm == nullptr) return;
+    CkptRun uninterrupted, resumed;
+    MlpParams want, got;
+    std::vector<float> frozen;
+    if (ckpt_create(comm, model, config, &uninterrupted) &&
+        ckpt_train(comm, model, config, uninterrupted, 0, saved_at + more)) {
+      EXPECT_TRUE(ckpt_read(model, config, uninterrupted, &want, &frozen));
+    }
+    if (uninterrupted.pm != nullptr) {
+      EXPECT_EQ(zrt_partition_destroy(uninterrupted.pm), ZRT_SUCCESS) << zrt_last_error();
+    }
+    if (ckpt_create(comm, model, config, &resumed)) {
+      ASSERT_EQ(zrt_partition_load(resumed.pm, dir.c_str()), ZRT_SUCCESS) << zrt_last_error();
+      if (ckpt_train(comm, model, config, resumed, saved_at, more) &&
+          ckpt_read(model, config, resumed, &got, &frozen)) {
+        EXPECT_EQ(max_relative_difference(got, want), 0.0);
+        EXPECT_EQ(frozen, ckpt_frozen_init(model.frozen_numel));
+      }
+    }
+    finish(comm, &resumed);
+  });
+  ckpt_remove_tree(root);
+}
+
 // Damaged copies of a good checkpoint, each loaded into a manager that has trained one step:
 // every load must fail with a message naming the file (and parameter), and the manager must go
 // on exactly as if nothing had been attempted.

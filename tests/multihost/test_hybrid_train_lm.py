@@ -1,7 +1,8 @@
 """train_lm across two simulated hosts x two ranks, launched by environment by hand on each host
 (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = host 0, MASTER_PORT,
 ZRT_JOB_TOKEN): stages 0-3 with flat sharding and stages 1-3 with hybrid sharding (the default
-shard group, one host: 2 groups of 2) print the loss curve of the same job on one host.
+shard group, one host: 2 groups of 2), and stage 3 with hpZ (--hpz -1: a secondary copy in
+one host's two ranks) print the loss curve of the same job on one host.
 
 The one-host reference runs its four ranks on host 0 with the same shard group size, so both
 reduce in the same order; the curves are compared at 1e-6 relative per step (the report prints
@@ -21,6 +22,8 @@ from simhosts import SimulatedHosts, skip_unless_possible
 LOSS = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)")
 SPLIT = re.compile(r"hybrid sharding, (\d+) groups of (\d+): intra-group (.*) per step, "
                    r"inter-group (.*) per step; formula .*: (ok|MISMATCH)")
+HPZ = re.compile(r"hpZ, secondary copy (.*) in groups of (\d+): intra-group (.*) per step; "
+                 r"formula .*: (ok|MISMATCH)")
 
 
 def launch(hosts, placement, argv, port, token, timeout):
@@ -81,21 +84,23 @@ def main():
     port = 20000 + os.getpid() % 20000
     one_host = [0, 0, 0, 0]
     two_hosts = [0, 0, 1, 1]
-    # (stage, --shard-group on one host, on two hosts): flat is G = 4; hybrid by host (-1) on two
-    # hosts is one host's two ranks, which the one-host reference must ask for as G = 2.
-    cases = [(s, "4", "4") for s in range(4)] + [(s, "2", "-1") for s in (1, 2, 3)]
+    # (stage, option, its value on one host, on two hosts): flat is G = 4; hybrid by host (-1) on
+    # two hosts is one host's two ranks, which the one-host reference must ask for as G = 2; hpZ
+    # is bit-equal to flat stage 3, its secondary groups by host (-1) one host's two ranks.
+    cases = ([(s, "--shard-group", "4", "4") for s in range(4)] +
+             [(s, "--shard-group", "2", "-1") for s in (1, 2, 3)] + [(3, "--hpz", "2", "-1")])
     worst = 0.0
     with SimulatedHosts(2) as hosts:
-        for stage, one_group, two_group in cases:
+        for stage, option, one_group, two_group in cases:
             base = [args.train_lm, "--stage", str(stage), "--steps", str(args.steps),
                     "--print-every", "1", "--batch", "48"]
             port += 1
-            reference_out = launch(hosts, one_host, base + ["--shard-group", one_group], port,
-                                   token, args.timeout)
+            reference_out = launch(hosts, one_host, base + [option, one_group], port, token,
+                                   args.timeout)
             port += 1
-            across_out = launch(hosts, two_hosts, base + ["--shard-group", two_group], port,
-                                token, args.timeout)
-            name = f"stage {stage} shard group {one_group}"
+            across_out = launch(hosts, two_hosts, base + [option, two_group], port, token,
+                                args.timeout)
+            name = f"stage {stage} {option} {one_group}"
             reference = losses_of(reference_out, name + " on one host")
             across = losses_of(across_out, name + " on two hosts")
             if sorted(reference) != sorted(across):
@@ -108,7 +113,14 @@ def main():
                     raise SystemExit(f"FAIL: {name} step {step}: loss {across[step]} across "
                                      f"hosts vs {value} on one host (relative {error:.2e})")
             split = SPLIT.search(across_out)
-            if one_group == "2":
+            if option == "--hpz":
+                hpz = HPZ.search(across_out)
+                if hpz is None or hpz.group(2) != "2" or hpz.group(4) != "ok":
+                    print(across_out)
+                    raise SystemExit(f"FAIL: {name}: hpZ across two hosts is not one host's two "
+                                     "ranks, or its traffic is off the formula")
+                print(f"{name}: secondary copy {hpz.group(1)}, intra-group {hpz.group(3)}")
+            elif one_group == "2":
                 if split is None or split.group(1) != "2" or split.group(2) != "2":
                     print(across_out)
                     raise SystemExit(f"FAIL: {name}: the default shard group across two hosts "

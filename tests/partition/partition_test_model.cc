@@ -163,6 +163,7 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   config.no_sync_accumulation = options.no_sync && options.stage >= 2;
   config.offload_optimizer = options.offload_optimizer ? 1 : 0;
   config.shard_group_size = options.shard_group_size;
+  config.hpz_group_size = options.hpz_group_size;
   zrt_partition_t pm = nullptr;
   ZRT_TEST_OK(zrt_partition_create(comm, &config, &pm));
   const size_t layers = shape.dims.size() - 1;
@@ -269,6 +270,26 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
   ZRT_TEST_OK(zrt_partition_destroy(pm));
   result = params;
   return result;
+}
+
+std::string refused_config_message(zrt_comm_t comm, const zrt_partition_config_t& config,
+                                   bool at_create) {
+  zrt_partition_t pm = nullptr;
+  const zrt_status_t created = zrt_partition_create(comm, &config, &pm);
+  if (at_create) {
+    EXPECT_EQ(created, ZRT_INVALID_ARGUMENT);
+    EXPECT_EQ(pm, nullptr);
+    return zrt_last_error();
+  }
+  EXPECT_EQ(created, ZRT_SUCCESS) << zrt_last_error();
+  if (pm == nullptr) return "";
+  int unit = -1, param = -1;
+  EXPECT_EQ(zrt_partition_add_unit(pm, "layer", &unit), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_partition_add_param(pm, unit, "w", 1000, 0, &param), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_partition_finalize(pm), ZRT_INVALID_ARGUMENT);
+  const std::string message = zrt_last_error();
+  EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS);
+  return message;
 }
 
 // Relative to each tensor's largest magnitude: parameters that cross zero during training are

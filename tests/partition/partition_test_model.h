@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "zrt/zrt.h"
@@ -57,6 +58,7 @@ struct TrainOptions {
   zrt_comm_stats_t* stats = nullptr;         // if set: counters of the training steps only
   zrt_partition_memory_t* memory = nullptr;  // if set: filled after finalize
   int shard_group_size = 0;                  // hybrid sharding (0: flat)
+  int hpz_group_size = 0;                    // stage 3 hpZ's secondary group (0: off)
   // If set: zrt_partition_traffic over the training steps (the counters stats covers).
   zrt_partition_traffic_t* traffic = nullptr;
   bool offload_optimizer = false;
@@ -64,6 +66,30 @@ struct TrainOptions {
   // min(1, clip_norm / norm) (clipping by the global norm).
   double clip_norm = 0;
 };
+
+// The counters a traffic test reads around train_zrt: comm's statistics and
+// zrt_partition_traffic over the training steps, the memory after finalize.
+struct TrainCounters {
+  zrt_comm_stats_t stats{};
+  zrt_partition_memory_t memory{};
+  zrt_partition_traffic_t traffic{};
+  TrainCounters() {
+    stats.size = sizeof(stats);
+    memory.size = sizeof(memory);
+    traffic.size = sizeof(traffic);
+  }
+  void attach(TrainOptions* options) {
+    options->stats = &stats;
+    options->memory = &memory;
+    options->traffic = &traffic;
+  }
+};
+
+// A configuration that must be refused: with at_create, zrt_partition_create must fail with
+// ZRT_INVALID_ARGUMENT; else create succeeds and finalize of a one-parameter model must fail
+// with it. Returns the error message (failures reported through GoogleTest).
+std::string refused_config_message(zrt_comm_t comm, const zrt_partition_config_t& config,
+                                   bool at_create);
 
 // Trains through the C API on this rank's share of every batch and returns the full final
 // parameters (read through fetch/param_data). Failures are reported through GoogleTest.

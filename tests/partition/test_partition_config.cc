@@ -148,6 +148,51 @@ TEST(PartitionConfig, OffloadNeedsAShardedStage) {
   EXPECT_NE(refused.message().find("stage 1, 2 or 3"), std::string::npos) << refused.message();
 }
 
+// hpz_group_size: stage 3 only, read only from structs that hold it, loaded from JSON, hashed
+// and written back.
+TEST(PartitionConfig, HpzGroupSizeIsStage3Only) {
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  EXPECT_EQ(config.hpz_group_size, 0);
+  EXPECT_EQ(PartitionOptions{}.hpz_group_size, 0);
+  config.stage = 3;
+  config.hpz_group_size = 2;
+  PartitionOptions options;
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_EQ(options.hpz_group_size, 2);
+  EXPECT_NE(partition_options_hash(options, 1), partition_options_hash(PartitionOptions{}, 1));
+  config.size = offsetof(zrt_partition_config_t, hpz_group_size);
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_EQ(options.hpz_group_size, 0);
+  config.size = sizeof(config);
+  for (int stage = 0; stage < 3; ++stage) {
+    config.stage = stage;
+    const Status refused = partition_options_from_config(&config, &options);
+    EXPECT_EQ(refused.code(), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(refused.message().find("config.hpz_group_size"), std::string::npos)
+        << refused.message();
+  }
+  config.stage = 3;
+  for (int64_t bad : {int64_t{-2}, int64_t{1} << 40}) {
+    config.hpz_group_size = bad;
+    const Status refused = partition_options_from_config(&config, &options);
+    EXPECT_EQ(refused.code(), ZRT_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(refused.message().find("config.hpz_group_size"), std::string::npos)
+        << refused.message();
+  }
+  PartitionOptions loaded;
+  ASSERT_TRUE(
+      partition_options_apply_json(R"({"stage": 3, "hpz_group_size": -1})", "t.json", &loaded)
+          .is_ok());
+  EXPECT_EQ(loaded.hpz_group_size, ZRT_SHARD_GROUP_HOST);
+  const Status at_stage_2 =
+      partition_options_apply_json(R"({"stage": 2, "hpz_group_size": 4})", "t.json", &loaded);
+  EXPECT_EQ(at_stage_2.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(at_stage_2.message().find("hpz_group_size"), std::string::npos);
+  zrt_partition_config_t back = ZRT_PARTITION_CONFIG_INIT;
+  partition_options_to_config(loaded, &back);
+  EXPECT_EQ(back.hpz_group_size, ZRT_SHARD_GROUP_HOST);
+}
+
 TEST(PartitionConfig, JsonFile) {
   const std::string path = ::testing::TempDir() + "/zrt_partition_config.json";
   {

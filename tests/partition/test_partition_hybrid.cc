@@ -113,14 +113,11 @@ void traffic_body(int /*rank*/, int size) {
       o.stage = stage;
       o.steps = 1;
       o.shard_group_size = g;
-      zrt_comm_stats_t stats{};
-      stats.size = sizeof(stats);
-      zrt_partition_memory_t memory{};
-      memory.size = sizeof(memory);
-      zrt_partition_traffic_t traffic{};
-      o.stats = &stats;
-      o.memory = &memory;
-      o.traffic = &traffic;
+      TrainCounters counters;
+      counters.attach(&o);
+      const zrt_comm_stats_t& stats = counters.stats;
+      const zrt_partition_memory_t& memory = counters.memory;
+      const zrt_partition_traffic_t& traffic = counters.traffic;
       SCOPED_TRACE(::testing::Message() << "N " << size << " G " << g << " stage " << stage);
       train_zrt(comm, shape, o);
       const uint64_t e = sizeof(float);
@@ -200,20 +197,7 @@ void bad_group_body(int /*rank*/, int size) {
     zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
     config.stage = stage;
     config.shard_group_size = g;
-    zrt_partition_t pm = nullptr;
-    const zrt_status_t created = zrt_partition_create(comm, &config, &pm);
-    if (at_create) {
-      EXPECT_EQ(created, ZRT_INVALID_ARGUMENT);
-      return zrt_last_error();
-    }
-    EXPECT_EQ(created, ZRT_SUCCESS) << zrt_last_error();
-    int unit = -1, param = -1;
-    EXPECT_EQ(zrt_partition_add_unit(pm, "layer", &unit), ZRT_SUCCESS);
-    EXPECT_EQ(zrt_partition_add_param(pm, unit, "w", 1000, 0, &param), ZRT_SUCCESS);
-    EXPECT_EQ(zrt_partition_finalize(pm), ZRT_INVALID_ARGUMENT);
-    const std::string message = zrt_last_error();
-    EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS);
-    return message;
+    return refused_config_message(comm, config, at_create);
   };
   for (const std::string& message : {error_of(2, size - 1, false), error_of(3, 2 * size, false),
                                      error_of(0, 2, true), error_of(1, -2, true)}) {

@@ -115,6 +115,42 @@ TEST(ZrtMem, FlagsReachThePartitionOptions) {
   EXPECT_EQ(o.prefetch_depth, 3);
   EXPECT_TRUE(o.no_sync_accumulation);
   EXPECT_EQ(command.request.stages, std::vector<int>{3});
+  EXPECT_EQ(o.hpz_group_size, 0);
+}
+
+// --hpz: stage 3 gains the secondary copy, 1/H of the padded unit parameters in param dtype;
+// the other stages are as without it.
+TEST(ZrtMem, HpzAddsTheSecondaryCopyToStage3) {
+  MemCommand flat, hpz;
+  const std::vector<std::string> args = {"--params", "1B", "--ranks", "8", "--dtype", "bf16"};
+  std::vector<std::string> with = args;
+  with.insert(with.end(), {"--hpz", "4"});
+  ASSERT_TRUE(parse(args, &flat).is_ok());
+  ASSERT_TRUE(parse(with, &hpz).is_ok());
+  EXPECT_EQ(hpz.request.options.hpz_group_size, 4);
+  MemPlan flat_plan, hpz_plan;
+  ASSERT_TRUE(plan_memory(flat.request, &flat_plan).is_ok());
+  ASSERT_TRUE(plan_memory(hpz.request, &hpz_plan).is_ok());
+  ASSERT_EQ(hpz_plan.stages.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    const MemoryFigures& a = flat_plan.stages[s].figures;
+    const MemoryFigures& b = hpz_plan.stages[s].figures;
+    SCOPED_TRACE(::testing::Message() << "stage " << s);
+    if (s < 3) {
+      EXPECT_EQ(b.param_secondary, 0u);
+      EXPECT_EQ(b.total, a.total);
+      continue;
+    }
+    // The persistent segment (padded) is all of full_params: the model freezes nothing.
+    const uint64_t persistent = a.full_params / 2;
+    EXPECT_EQ(b.param_secondary, (a.padded_parameters - persistent) / 4 * 2);
+    EXPECT_EQ(b.model_state, a.model_state + b.param_secondary);
+    EXPECT_EQ(b.total, a.total + b.param_secondary);
+  }
+  const nlohmann::json j = mem_plan_to_json(hpz.request, hpz_plan);
+  EXPECT_EQ(j["settings"]["hpz_group"], 4);
+  EXPECT_EQ(j["stages"][3]["param_secondary"], hpz_plan.stages[3].figures.param_secondary);
+  EXPECT_NE(render_mem_plan(hpz.request, hpz_plan).find("hpZ secondary"), std::string::npos);
 }
 
 TEST(ZrtMem, CommandLineErrorsSayWhatToFix) {
@@ -131,6 +167,9 @@ TEST(ZrtMem, CommandLineErrorsSayWhatToFix) {
       {{"--layers", "2", "--hidden", "10", "--heads", "3", "--ranks", "8"}, "multiple of --heads"},
       {{"--profile", "/nonexistent/model.json", "--ranks", "8"}, "/nonexistent/model.json"},
       {{"--params", "1B", "--ranks", "8", "--gpu-memory", "lots"}, "--gpu-memory"},
+      {{"--params", "1B", "--ranks", "8", "--hpz", "3"}, "--hpz 3"},
+      {{"--params", "1B", "--ranks", "8", "--hpz", "2", "--shard-group", "4"}, "--shard-group"},
+      {{"--params", "1B", "--ranks", "8", "--hpz", "2", "--stage", "2"}, "--stage 2"},
   };
   for (const Case& c : cases) {
     MemCommand command;

@@ -3,6 +3,8 @@
 // zrt-mem's plan field by field, for every stage.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "lib/partition/config.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"
@@ -44,10 +46,12 @@ void check_rank(int /*rank*/, int size) {
                               {ZRT_F16, ZRT_F16, 1 << 20, 2, 1},
                               {ZRT_F32, ZRT_F32, 100 << 10, 0, 2}};
   for (const Setting& setting : settings) {
-    for (int stage = 0; stage <= 3; ++stage) {
+    // Stage 3 twice more with hpZ: secondary groups of one rank (whole units) and of all.
+    const std::pair<int, int> stages[] = {{0, 0}, {1, 0}, {2, 0}, {3, 0}, {3, 1}, {3, size}};
+    for (const auto& [stage, hpz] : stages) {
       SCOPED_TRACE(::testing::Message()
-                   << "stage " << stage << " param dtype " << setting.param_dtype << " bucket "
-                   << setting.bucket_bytes);
+                   << "stage " << stage << " hpZ " << hpz << " param dtype " << setting.param_dtype
+                   << " bucket " << setting.bucket_bytes);
       zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
       config.stage = stage;
       config.param_dtype = setting.param_dtype;
@@ -55,6 +59,10 @@ void check_rank(int /*rank*/, int size) {
       config.bucket_bytes = setting.bucket_bytes;
       config.prefetch_depth = setting.prefetch_depth;
       config.optimizer_slots = setting.slots;
+      config.hpz_group_size = hpz;
+      // Below the default threshold every tensor of this small model would stay gathered, and
+      // hpZ would have no unit to copy.
+      if (hpz > 0) config.persistence_threshold = 1000;
       zrt_partition_t pm = nullptr;
       ASSERT_OK(zrt_partition_create(comm, &config, &pm));
       for (const UnitSpec& unit : model.units) {
@@ -84,6 +92,8 @@ void check_rank(int /*rank*/, int size) {
       const MemoryFigures& f = plan.stages[0].figures;
       EXPECT_EQ(measured.full_params, f.full_params);
       EXPECT_EQ(measured.param_shard, f.param_shard);
+      EXPECT_EQ(measured.param_secondary, f.param_secondary);
+      EXPECT_EQ(f.param_secondary > 0, hpz > 0);
       EXPECT_EQ(measured.gradients, f.gradients);
       EXPECT_EQ(measured.grad_shard, f.grad_shard);
       EXPECT_EQ(measured.master, f.master);

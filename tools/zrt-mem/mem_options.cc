@@ -110,6 +110,11 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
                  "stages 1-3, hybrid sharding: shard inside groups of G ranks (dividing N), "
                  "replicate across the N/G groups; memory is then the stage's on G ranks "
                  "(default N: flat)");
+  int hpz = 0;
+  app.add_option("--hpz", hpz,
+                 "stage 3, hpZ: a secondary copy of the parameters sharded inside groups of H "
+                 "ranks (dividing N), so backward gathers stay there; adds 1/H of the "
+                 "parameters (default: off)");
   app.add_flag("--no-sync", no_sync,
                "stages 2/3: keep full local gradients for no-sync "
                "accumulation");
@@ -214,6 +219,23 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
                                     shard_group, ranks);
   }
   req.shard_group = shard_group > 0 ? shard_group : ranks;
+  if (hpz < 0 || (hpz > 0 && ranks % hpz != 0)) {
+    return Status::invalid_argument("--hpz {}: expected a group size dividing --ranks {}", hpz,
+                                    ranks);
+  }
+  if (hpz > 0 && req.shard_group < ranks) {
+    return Status::invalid_argument(
+        "--hpz {} with --shard-group {}: hybrid sharding already gathers inside the group; give "
+        "one of them",
+        hpz, shard_group);
+  }
+  if (hpz > 0 && stage >= 0 && stage != 3) {
+    return Status::invalid_argument(
+        "--hpz {} with --stage {}: hpZ's secondary copy is stage 3's (drop --stage to plan "
+        "every stage, stage 3 with it)",
+        hpz, stage);
+  }
+  o.hpz_group_size = hpz;  // stage 3 only: plan_memory leaves the other stages without it
   if (no_sync) o.no_sync_accumulation = true;
   if (no_step_backup) o.step_backup = false;
   if (offload) o.offload_optimizer = true;

@@ -15,6 +15,7 @@ Status plan_memory(const MemRequest& request, MemPlan* plan) {
   for (int stage : request.stages) {
     PartitionOptions options = request.options;
     options.stage = stage;
+    if (stage != 3) options.hpz_group_size = 0;  // hpZ's secondary copy is stage 3's
     ZRT_RETURN_IF_ERROR(
         validate_partition_options(options).with_context(fmt::format("stage {}", stage)));
     StagePlan sp;
@@ -48,12 +49,15 @@ std::string gb(double bytes) {
 std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   const PartitionOptions& o = request.options;
   std::string out = fmt::format(
-      "# zrt-mem: {}\n# {} ranks{}; parameters {}, gradients reduced in {}, master f32, "
+      "# zrt-mem: {}\n# {} ranks{}{}; parameters {}, gradients reduced in {}, master f32, "
       "optimizer {} f32 slot(s); bucket {}, prefetch depth {}, alignment {}\n#\n",
       request.model.description, request.ranks,
       request.shard_group > 0 && request.shard_group < request.ranks
           ? fmt::format(" (stages 1-3 sharded in groups of {}, {} replicas)", request.shard_group,
                         request.ranks / request.shard_group)
+          : "",
+      o.hpz_group_size > 0
+          ? fmt::format(" (stage 3 with hpZ: a secondary copy in groups of {})", o.hpz_group_size)
           : "",
       dtype_name(o.param_dtype), dtype_name(o.reduce_dtype), o.optimizer_slots,
       tools::format_size(o.bucket_bytes), o.prefetch_depth, o.alignment);
@@ -71,6 +75,10 @@ std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   t.add_separator("model state");
   row("parameters",
       [](const MemoryFigures& f) { return gb(double(f.full_params + f.param_shard)); });
+  if (o.hpz_group_size > 0) {
+    row("hpZ secondary parameters",
+        [](const MemoryFigures& f) { return gb(double(f.param_secondary)); });
+  }
   row("gradients", [](const MemoryFigures& f) { return gb(double(f.gradients + f.grad_shard)); });
   row("master weights (f32)", [](const MemoryFigures& f) { return gb(double(f.master)); });
   row(fmt::format("optimizer state ({} x f32)", o.optimizer_slots),
@@ -145,6 +153,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                 {"units", request.model.units.size()}};
   j["settings"] = {{"ranks", request.ranks},
                    {"shard_group", request.shard_group > 0 ? request.shard_group : request.ranks},
+                   {"hpz_group", o.hpz_group_size},
                    {"param_dtype", dtype_name(o.param_dtype)},
                    {"reduce_dtype", dtype_name(o.reduce_dtype)},
                    {"optimizer_slots", o.optimizer_slots},
@@ -163,6 +172,7 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
     nlohmann::json s = {{"stage", sp.stage},
                         {"full_params", f.full_params},
                         {"param_shard", f.param_shard},
+                        {"param_secondary", f.param_secondary},
                         {"gradients", f.gradients},
                         {"grad_shard", f.grad_shard},
                         {"master", f.master},
