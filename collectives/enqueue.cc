@@ -289,9 +289,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));
   const uint64_t table_bytes =
       args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
-  // One-shot collectives need every rank's arena mapped (one host) and the deposit to fit a slot.
+  // One-shot collectives need every rank's arena mapped (one host), a stream that has an arena
+  // and the deposit to fit a slot.
   const bool one_shot =
-      windows && !two_level &&
+      windows && !two_level && stream.index() < kOneShotStreams &&
       OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
   auto choose = [&](TableOp op) {
     const char* algorithm = choose_algorithm(forced, options.algorithm_table.get(), op, size,
