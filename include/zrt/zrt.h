@@ -283,9 +283,10 @@ typedef struct zrt_event* zrt_event_t;
  * first CUDA stream is collective, see the CUDA section). A communicator holds at most 1024
  * live streams. A host stream's staging memory is taken at its first collective (a pooled 4 MiB
  * scratch while it runs collectives, plus its own 2 MiB window inbox and, on one host, for the
- * communicator's first 4 streams, its 512 KiB one-shot arena at its first small collective), so that collective may fail with
- * ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind), ZRT_INVALID_USAGE (1024
- * live streams already), ZRT_UNSUPPORTED (kind not built in, no usable device). */
+ * communicator's first 4 streams, its 512 KiB one-shot arena at its first small collective), so
+ * that collective may fail with ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind),
+ * ZRT_INVALID_USAGE (1024 live streams already), ZRT_UNSUPPORTED (kind not built in, no usable
+ * device). */
 ZRT_API zrt_status_t zrt_stream_create(zrt_comm_t comm, zrt_mem_kind_t kind, zrt_stream_t* stream);
 
 /* Waits for the stream's work, then destroys it. Returns the stream's error, if any. Errors:
