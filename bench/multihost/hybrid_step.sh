@@ -23,7 +23,7 @@ trap '"$netns" down "$name" >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 "$netns" shape "$name" 0 "$rate"
 "$netns" shape "$name" 1 "$rate"
 master=$("$netns" addr "$name" 0)
-port=$(( 21000 + $$ % 20000 ))
+port=$(( 21000 + $$ % 11000 ))  # below the ephemeral range (32768-), where UCX tcp binds
 
 # One run: prints "SECONDS_PER_STEP" on stdout; rank 0's output is kept in $out/$1.log.
 run() {

@@ -40,8 +40,8 @@ constexpr SettingSpec kSpecs[] = {
      .type = SettingType::kEnum,
      .default_value = "auto",
      .doc = "collective algorithm: auto chooses by size and rank count; the others force one "
-            "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host "
-            "and up to its 1 MiB slot)",
+            "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host, "
+            "on a communicator's first 4 streams and up to its 256 KiB slot)",
      .accepts = "auto|ring|rd|direct|oneshot"},
     // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
     {.id = SettingId::kAlgoTable,
