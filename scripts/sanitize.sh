@@ -33,9 +33,9 @@ san_suite() {
     elif ! ninja -C "$dir" $(san_targets "$dir" "$selected"); then
       echo "0 passed, 1 failed"
     else
-      # The timeouts in meson.build are sized for the release build; sanitizers run several
-      # times slower (and forked ranks share 2 cores).
-      env $test_env meson test -C "$dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
+      # The timeouts in meson.build and the multi-rank harness's deadlines are sized for the
+      # release build; sanitizers run several times slower (and forked ranks share 2 cores).
+      env $test_env ZRT_TEST_DEADLINE_SCALE=4 meson test -C "$dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 \
         "$@" $selected
       san_count "$dir/meson-logs/testlog.json"
     fi

@@ -174,6 +174,7 @@ TEST(StoreBootstrap, WithoutATokenARankClaimedTwiceFails) {
           const std::string& text = status.message();
           const bool claims = text.find("two jobs share this store's port") != std::string::npos;
           const bool gone = text.find("the store closed the connection") != std::string::npos ||
+                            text.find("the store reset the connection") != std::string::npos ||
                             text.find("cannot connect to the store") != std::string::npos;
           EXPECT_TRUE(claims || gone) << text;
           return;

@@ -20,7 +20,8 @@ namespace zrt::testing {
 
 std::string RankOutcome::describe() const {
   if (timed_out) return fmt::format("rank {} still running at the deadline (killed)", rank);
-  if (signal != 0) return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
+  if (signal != 0)
+    return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
   return fmt::format("rank {} exited with code {}", rank, exit_code);
 }
 
@@ -40,6 +41,19 @@ int find_free_port() {
   close(fd);
   return port;
 }
+
+namespace {
+
+// Sanitizer builds run several times slower than the release build the deadlines are sized
+// for; scripts/sanitize.sh stretches them as it stretches meson's timeouts.
+int64_t deadline_scale() {
+  const char* text = std::getenv("ZRT_TEST_DEADLINE_SCALE");
+  if (text == nullptr) return 1;
+  const long scale = std::strtol(text, nullptr, 10);
+  return scale >= 1 && scale <= 100 ? scale : 1;
+}
+
+}  // namespace
 
 std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>& body,
                                    const RankOptions& options) {
@@ -75,8 +89,8 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>
     pids[rank] = pid;
   }
 
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.deadline_ms);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(options.deadline_ms * deadline_scale());
   int remaining = 0;
   for (pid_t pid : pids) remaining += pid > 0 ? 1 : 0;
   std::vector<bool> reaped(size, false);

@@ -26,7 +26,9 @@ struct RankOutcome {
 };
 
 struct RankOptions {
-  int64_t deadline_ms = 120000;  // the harness kills ranks still running after this
+  // The harness kills ranks still running after this (times ZRT_TEST_DEADLINE_SCALE, which
+  // the sanitizer runs set).
+  int64_t deadline_ms = 120000;
   std::map<std::string, std::string> env;  // extra variables for every rank (e.g. ZRT_TIMEOUT)
 };
 
