@@ -18,7 +18,7 @@ uint32_t RingWindow::ready_tag(uint64_t unit) const {
   return static_cast<uint32_t>((tag_offset_ + unit) % kTagModulus);
 }
 
-Status RingWindow::attach(TaskContext& context) {
+Status RingWindow::attach(TaskContext& context, int left, int right) {
   resources_ = context.resources;
   if (resources_ == nullptr || !resources_->windows) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: the stream has no window inbox");
@@ -38,16 +38,22 @@ Status RingWindow::attach(TaskContext& context) {
   if (slots_ < 2 || slots_ > kMaxSlots || slot_bytes_ == 0) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: bad inbox geometry");
   }
+  if (resources_->right_inbox != nullptr && resources_->right_inbox_rank != right) {
+    return Status::error(ZRT_INTERNAL_ERROR,
+                         "window ring: stream {} has rank {}'s inbox mapped, not rank {}'s",
+                         context.stream_index, resources_->right_inbox_rank, right);
+  }
   inbox_ = resources_->inbox;
   right_inbox_ = resources_->right_inbox;
-  left_ = ring_mod(context.rank - 1, context.size);
-  right_ = ring_mod(context.rank + 1, context.size);
+  left_ = left;
+  right_ = right;
   return Status::ok();
 }
 
-void RingWindow::start(uint64_t units, uint32_t tag_offset) {
+void RingWindow::start(uint64_t units, uint32_t tag_offset, bool fingerprint_first) {
   units_ = units;
   tag_offset_ = tag_offset;
+  fingerprint_first_ = fingerprint_first;
   next_ready_post_ = 0;
   written_ = 0;
   handshake_started_ = false;
@@ -105,6 +111,7 @@ Status RingWindow::handshake(TaskContext& context, CollTask& task, bool* ready) 
                                     "sends through UCX messages instead)",
                                     right_)));
   resources_->right_inbox = right_inbox_ = static_cast<char*>(mapped);
+  resources_->right_inbox_rank = right_;
   task.advanced();
   *ready = true;
   return Status::ok();

@@ -15,7 +15,7 @@ void SubringReduce::init(const std::vector<int>* members, int me, char* scratch,
   chunk_elems_ = std::max<size_t>(1, slot_bytes / spec.element_size);
   for (int i = 0; i < kSlots; ++i) {
     recv_slots_[i] = scratch + i * slot_bytes;
-    send_slots_[i] = scratch + (kSlots + i) * slot_bytes;
+    send_slots_[i] = size_ > 2 ? scratch + (kSlots + i) * slot_bytes : nullptr;
   }
 }
 

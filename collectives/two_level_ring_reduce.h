@@ -22,8 +22,14 @@ class SubringReduce {
  public:
   static constexpr int kSlots = 4;
 
+  // Scratch a ring over `members` ranks needs: kSlots receive slots, and kSlots more for the
+  // partials it forwards when there are more than two members (with two, every received
+  // chunk is a last step and goes to the output).
+  static size_t scratch_bytes(int members, size_t slot_bytes) {
+    return (members > 2 ? 2 : 1) * kSlots * slot_bytes;
+  }
   // `members` (comm ranks in ring order) must outlive the object; `me` is this rank's position;
-  // `scratch` holds 2 * kSlots * slot_bytes.
+  // `scratch` holds scratch_bytes(members.size(), slot_bytes).
   void init(const std::vector<int>* members, int me, char* scratch, size_t slot_bytes,
             const ReduceSpec& spec);
   // Starts a job: block j of every member is `length[j]` elements at `input[j]` (arrays of

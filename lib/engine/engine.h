@@ -98,6 +98,10 @@ struct EngineOptions {
   // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
   // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
   int two_level_hosts = 0;
+  // With two_level_hosts > 1: the two-level collectives' ring inside each host writes into the
+  // in-host right neighbour's mapped inbox, as the one-host window ring does, instead of
+  // sending tagged messages (the communicator sets it unless ZRT_WINDOWS=0).
+  bool host_windows = false;
   // One host name per rank when the ranks span hosts (the communicator learns them at
   // creation), else empty: a timeout names the host of each peer that went silent.
   std::vector<std::string> host_names;
