@@ -277,15 +277,15 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     return stream.enqueue(std::move(task));
   }
 
-  // Ring reduce-scatter and all-gather write into the neighbour's mapped inbox when every rank
-  // is on this host (EngineOptions::peer_windows), else send tagged messages.
-  const bool windows = stream.engine().options().peer_windows;
   // Ranks on several hosts: the rings run inside each host, then across (two_level_*.h).
   const int two_level_hosts = stream.engine().options().two_level_hosts;
   const HostGrid grid{two_level_hosts, two_level_hosts > 1 ? size / two_level_hosts : size};
   const bool two_level = two_level_hosts > 1;
-  // Their ring inside each host writes into the mapped inboxes too (two_level_window.h).
-  const bool host_windows = two_level && stream.engine().options().host_windows;
+  // Rings write into the neighbour's mapped inbox when the neighbours share a host
+  // (EngineOptions::peer_windows), else send tagged messages: with every rank on this host the
+  // one ring (`windows`), else the two-level collectives' ring inside each host.
+  const bool host_windows = two_level && stream.engine().options().peer_windows;
+  const bool windows = !two_level && stream.engine().options().peer_windows;
   const EngineOptions& options = stream.engine().options();
   const char* forced =
       algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));

@@ -38,11 +38,6 @@ Status RingWindow::attach(TaskContext& context, int left, int right) {
   if (slots_ < 2 || slots_ > kMaxSlots || slot_bytes_ == 0) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: bad inbox geometry");
   }
-  if (resources_->right_inbox != nullptr && resources_->right_inbox_rank != right) {
-    return Status::error(ZRT_INTERNAL_ERROR,
-                         "window ring: stream {} has rank {}'s inbox mapped, not rank {}'s",
-                         context.stream_index, resources_->right_inbox_rank, right);
-  }
   inbox_ = resources_->inbox;
   right_inbox_ = resources_->right_inbox;
   left_ = left;
@@ -111,7 +106,6 @@ Status RingWindow::handshake(TaskContext& context, CollTask& task, bool* ready) 
                                     "sends through UCX messages instead)",
                                     right_)));
   resources_->right_inbox = right_inbox_ = static_cast<char*>(mapped);
-  resources_->right_inbox_rank = right_;
   task.advanced();
   *ready = true;
   return Status::ok();

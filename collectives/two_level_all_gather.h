@@ -12,8 +12,9 @@
 // the host's ranks exchange chunk k. No staging: both levels receive into the output.
 //
 // Level two runs over the mapped windows (two_level_window.h) when the stream has them
-// (EngineOptions::host_windows; ZRT_WINDOWS=0: tagged messages, SubringGather): every job's
-// chunks go straight into the next local rank's inbox, the jobs one stream of units.
+// (EngineOptions::peer_windows with two_level_hosts; ZRT_WINDOWS=0: tagged messages,
+// SubringGather): every job's chunks go straight into the next local rank's inbox, the jobs one
+// stream of units.
 #pragma once
 
 #include <array>

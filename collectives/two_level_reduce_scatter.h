@@ -23,9 +23,10 @@
 // in kDepth = kCrossRings + 1 staging buffers of H chunks each in the stream's scratch memory.
 //
 // Level one runs over the mapped windows (two_level_window.h) when the stream has them
-// (EngineOptions::host_windows; ZRT_WINDOWS=0: tagged messages, SubringReduce): every job's
-// chunks go straight into the next local rank's inbox, the jobs one stream of units, so the
-// host's ranks never wait on a drain between jobs. The order of the sums is the same either way.
+// (EngineOptions::peer_windows with two_level_hosts; ZRT_WINDOWS=0: tagged messages,
+// SubringReduce): every job's chunks go straight into the next local rank's inbox, the jobs one
+// stream of units, so the host's ranks never wait on a drain between jobs. The order of the sums is
+// the same either way.
 #pragma once
 
 #include <array>

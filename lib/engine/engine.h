@@ -77,9 +77,9 @@ struct EngineOptions {
   // mismatched calls fail naming both. Not a setting: off only to measure its cost
   // (bench/bench_collectives.cc's "fingerprint" mode).
   bool fingerprint = true;
-  // Ring reduce-scatter and all-gather write straight into the right neighbour's mapped inbox
-  // (collectives/ring_window.h) instead of sending tagged messages. Only when every rank of the
-  // communicator is on this host (the communicator decides; ZRT_WINDOWS=0 turns it off).
+  // Rings write into the right neighbour's mapped inbox (collectives/ring_window.h), not tagged
+  // messages: all rings with every rank on this host, else the two-level ones' ring in each host
+  // (two_level_hosts > 1; the communicator decides, ZRT_WINDOWS=0 turns it off).
   bool peer_windows = false;
   // The inbox geometry: window_slots slots (2 to kWindowMaxSlots) of window_slot_bytes (a
   // multiple of 4 KiB from kWindowMinSlotBytes to kWindowMaxSlotBytes; stream_resources.h).
@@ -98,10 +98,6 @@ struct EngineOptions {
   // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
   // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
   int two_level_hosts = 0;
-  // With two_level_hosts > 1: the two-level collectives' ring inside each host writes into the
-  // in-host right neighbour's mapped inbox, as the one-host window ring does, instead of
-  // sending tagged messages (the communicator sets it unless ZRT_WINDOWS=0).
-  bool host_windows = false;
   // One host name per rank when the ranks span hosts (the communicator learns them at
   // creation), else empty: a timeout names the host of each peer that went silent.
   std::vector<std::string> host_names;

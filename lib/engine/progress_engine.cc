@@ -399,9 +399,7 @@ Status EngineImpl::acquire_staging(StreamImpl& stream) {
   }
   // The inbox itself comes at the stream's first window phase (RingWindow::attach): a stream
   // that only ever runs small all-reduces, broadcasts or barriers never holds one.
-  resources.windows =
-      (options_.peer_windows || (options_.host_windows && options_.two_level_hosts > 1)) &&
-      options_.size > 1;
+  resources.windows = options_.peer_windows && options_.size > 1;
   resources.window_slots = options_.window_slots;
   resources.window_slot_bytes = options_.window_slot_bytes;
   return Status::ok();
@@ -424,7 +422,6 @@ void EngineImpl::release_resources(StreamImpl& stream) {
   if (stream.resources_.right_inbox != nullptr) {
     transport_.unmap_peer_registered(stream.resources_.right_inbox);
     stream.resources_.right_inbox = nullptr;
-    stream.resources_.right_inbox_rank = -1;
   }
   if (stream.resources_.inbox != nullptr) {
     transport_.free_registered(stream.resources_.inbox);

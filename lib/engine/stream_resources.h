@@ -77,7 +77,6 @@ struct StreamResources {
   size_t window_slot_bytes = 0;
   char* inbox = nullptr;
   char* right_inbox = nullptr;
-  int right_inbox_rank = -1;  // whose inbox right_inbox is (the flat or the in-host ring's right)
   std::vector<uint8_t> window_key;                            // ours, sent to the left neighbour
   std::array<uint8_t, 8 + kWindowKeyMaxBytes> window_peer{};  // the right's address + key
   std::deque<SelfMessage> self_mailbox;

@@ -69,9 +69,8 @@ struct Rig {
     engine_options.rank = rank;
     engine_options.size = size;
     engine_options.timeout_ms = timeout_ms;
-    engine_options.peer_windows = windows && size > 1 && two_level_hosts <= 1;
+    engine_options.peer_windows = windows && size > 1;
     engine_options.two_level_hosts = two_level_hosts;
-    engine_options.host_windows = windows && two_level_hosts > 1;
     engine_options.all_reduce_algorithm = algorithm;
     engine_options.check_order = check_order;
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
