@@ -35,8 +35,9 @@ Status TwoLevelReduceScatter::start(TaskContext& context, CollTask&) {
     return Status(ZRT_INTERNAL_ERROR, "two-level reduce-scatter: stream staging memory missing");
   }
   char* scratch = static_cast<char*>(context.resources->scratch);
+  const size_t cross_message = hosts == 2 ? kPairMessageBytes : kSlotBytes;
   for (int ring = 0; ring < kCrossRings; ++ring) {
-    cross_rings_[ring].init(&cross_members_, host_, scratch + ring * cross_slots, kSlotBytes,
+    cross_rings_[ring].init(&cross_members_, host_, scratch + ring * cross_slots, cross_message,
                             spec_);
   }
   if (!host_windows_) {

@@ -44,6 +44,9 @@ class TwoLevelReduceScatter final : public Phase {
   static constexpr int kCrossRings = 2;
   static constexpr int kDepth = kCrossRings + 1;
   static constexpr size_t kSlotBytes = size_t{128} << 10;
+  // Messages across two hosts, where the ring needs no slots (SubringReduce::scratch_bytes):
+  // a staging chunk (682 KiB with windows) travels as 3, all in flight at once.
+  static constexpr size_t kPairMessageBytes = size_t{256} << 10;
 
   TwoLevelReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
                         HostGrid grid, uint32_t tag_offset, bool host_windows)
