@@ -277,13 +277,15 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     return stream.enqueue(std::move(task));
   }
 
-  // Ring reduce-scatter and all-gather write into the neighbour's mapped inbox when every rank
-  // is on this host (EngineOptions::peer_windows), else send tagged messages.
-  const bool windows = stream.engine().options().peer_windows;
   // Ranks on several hosts: the rings run inside each host, then across (two_level_*.h).
   const int two_level_hosts = stream.engine().options().two_level_hosts;
   const HostGrid grid{two_level_hosts, two_level_hosts > 1 ? size / two_level_hosts : size};
   const bool two_level = two_level_hosts > 1;
+  // Rings write into the neighbour's mapped inbox when the neighbours share a host
+  // (EngineOptions::peer_windows), else send tagged messages: with every rank on this host the
+  // one ring (`windows`), else the two-level collectives' ring inside each host.
+  const bool host_windows = two_level && stream.engine().options().peer_windows;
+  const bool windows = !two_level && stream.engine().options().peer_windows;
   const EngineOptions& options = stream.engine().options();
   const char* forced =
       algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));
@@ -318,10 +320,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
         BlockLayout layout{args.count / n, args.count % n};
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (two_level) {
-          task->add_phase(
-              std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0));
+          task->add_phase(std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0,
+                                                                  host_windows));
           task->add_phase(std::make_unique<TwoLevelAllGather>(own, recv, layout, esize, grid,
-                                                              kTwoLevelGatherTags));
+                                                              kTwoLevelGatherTags, host_windows));
         } else if (windows) {
           task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
           const uint32_t after = WindowPhase::units(layout, size, esize, options.window_slot_bytes);
@@ -349,7 +351,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelReduceScatter>(
-            send, recv, BlockLayout{args.count, 0}, spec, grid, 0));
+            send, recv, BlockLayout{args.count, 0}, spec, grid, 0, host_windows));
       } else if (windows) {
         task->add_phase(
             std::make_unique<WindowReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
@@ -371,7 +373,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},
-                                                            esize, grid, 0));
+                                                            esize, grid, 0, host_windows));
       } else if (windows) {
         task->add_phase(
             std::make_unique<WindowAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));

@@ -18,7 +18,7 @@ uint32_t RingWindow::ready_tag(uint64_t unit) const {
   return static_cast<uint32_t>((tag_offset_ + unit) % kTagModulus);
 }
 
-Status RingWindow::attach(TaskContext& context) {
+Status RingWindow::attach(TaskContext& context, int left, int right) {
   resources_ = context.resources;
   if (resources_ == nullptr || !resources_->windows) {
     return Status(ZRT_INTERNAL_ERROR, "window ring: the stream has no window inbox");
@@ -40,14 +40,15 @@ Status RingWindow::attach(TaskContext& context) {
   }
   inbox_ = resources_->inbox;
   right_inbox_ = resources_->right_inbox;
-  left_ = ring_mod(context.rank - 1, context.size);
-  right_ = ring_mod(context.rank + 1, context.size);
+  left_ = left;
+  right_ = right;
   return Status::ok();
 }
 
-void RingWindow::start(uint64_t units, uint32_t tag_offset) {
+void RingWindow::start(uint64_t units, uint32_t tag_offset, bool fingerprint_first) {
   units_ = units;
   tag_offset_ = tag_offset;
+  fingerprint_first_ = fingerprint_first;
   next_ready_post_ = 0;
   written_ = 0;
   handshake_started_ = false;

@@ -40,9 +40,19 @@ class RingWindow {
   static constexpr int kMaxSlots = kWindowMaxSlots;
 
   // Takes the stream's inbox geometry and the ring neighbours; then chunk_elements is known.
-  Status attach(TaskContext& context);
-  // Resets the per-collective state; `units` is how many chunks travel each link.
-  void start(uint64_t units, uint32_t tag_offset);
+  Status attach(TaskContext& context) {
+    return attach(context, ring_mod(context.rank - 1, context.size),
+                  ring_mod(context.rank + 1, context.size));
+  }
+  // The same for a ring over some of the ranks (the two-level collectives' ring inside a host):
+  // `right` must be the same rank for every window phase of the stream, since the stream maps
+  // one neighbour's inbox.
+  Status attach(TaskContext& context, int left, int right);
+  // Resets the per-collective state; `units` is how many chunks travel each link. READY(0)
+  // carries the call's fingerprint when `fingerprint_first` (a collective's first window phase
+  // that stands for the whole call) and the task has one.
+  void start(uint64_t units, uint32_t tag_offset) { start(units, tag_offset, tag_offset == 0); }
+  void start(uint64_t units, uint32_t tag_offset, bool fingerprint_first);
 
   // Runs the handshake if the stream has none yet; *ready once the right inbox is mapped.
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
@@ -100,7 +110,8 @@ class RingWindow {
     uint64_t bytes = 0;
   };
   static_assert(sizeof(FingerprintedReady) == sizeof(OrderFingerprint) + sizeof(uint64_t));
-  bool carries_fingerprint(uint64_t unit) const { return unit == 0 && tag_offset_ == 0; }
+  bool carries_fingerprint(uint64_t unit) const { return unit == 0 && fingerprint_first_; }
+  bool fingerprint_first_ = false;
 
   std::array<PostedOp, kMaxSlots> ready_recvs_;
   std::array<FingerprintedReady, kMaxSlots> ready_in_{};

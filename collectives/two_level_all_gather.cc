@@ -19,31 +19,72 @@ Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
   for (int g = 0; g < hosts; ++g) cross_members_[g] = grid_.rank_of(g, local_);
   host_output_.assign(local, nullptr);
   host_length_.assign(local, 0);
-  cross_output_.assign(hosts, nullptr);
-  cross_length_.assign(hosts, 0);
+  for (int ring = 0; ring < kCrossRings; ++ring) {
+    cross_output_[ring].assign(hosts, nullptr);
+    cross_length_[ring].assign(hosts, 0);
+  }
   host_ring_.init(&host_members_, local_, kMessageBytes, element_size_);
-  cross_ring_.init(&cross_members_, host_, kMessageBytes, element_size_);
+  for (SubringGather& ring : cross_rings_) {
+    ring.init(&cross_members_, host_, kMessageBytes, element_size_);
+  }
   chunk_elems_ = std::max<size_t>(1, kChunkBytes / element_size_);
   chunks_ = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;
   cross_jobs_started_ = host_jobs_started_ = 0;
   host_tag_ = cross_tag_ = tag_offset_;
+  if (host_windows_) {
+    // Every job of level two up front: the window numbers their units on from one to the next.
+    ZRT_RETURN_IF_ERROR(host_window_.attach(context, &host_members_, local_, element_size_));
+    const size_t output_bytes =
+        (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * element_size_;
+    host_window_.set_stream_output(output_bytes >= kStreamOutputMinBytes);
+    for (size_t chunk = 0; chunk < chunks_; ++chunk) {
+      for (int target = 0; target < hosts; ++target) {
+        for (int j = 0; j < local; ++j) {
+          const int block = grid_.rank_of(target, j);
+          host_output_[j] = block_chunk(block, chunk);
+          host_length_[j] = layout_.chunk_length(block, chunk, chunk_elems_);
+        }
+        host_window_.add_job(host_output_.data(), host_length_.data());
+      }
+    }
+    host_window_.begin(tag_offset_);
+  }
   return Status::ok();
 }
 
 // Level one, chunk k: block (g, l) of every host g, this rank's own from the input.
 bool TwoLevelAllGather::start_cross_job() {
-  if (cross_ring_.active() || cross_jobs_started_ == chunks_) return false;
+  if (cross_jobs_started_ == chunks_) return false;
   const size_t chunk = cross_jobs_started_;
+  const int ring = static_cast<int>(chunk % kCrossRings);
+  if (cross_rings_[ring].active()) return false;
   for (int g = 0; g < grid_.hosts; ++g) {
     const int block = grid_.rank_of(g, local_);
-    cross_output_[g] = block_chunk(block, chunk);
-    cross_length_[g] = layout_.chunk_length(block, chunk, chunk_elems_);
+    cross_output_[ring][g] = block_chunk(block, chunk);
+    cross_length_[ring][g] = layout_.chunk_length(block, chunk, chunk_elems_);
   }
-  cross_ring_.begin(cross_output_.data(), cross_length_.data(),
-                    own_ + chunk * chunk_elems_ * element_size_, cross_tag_);
-  cross_tag_ += cross_ring_.units();
+  cross_rings_[ring].begin(cross_output_[ring].data(), cross_length_[ring].data(),
+                           own_ + chunk * chunk_elems_ * element_size_, cross_tag_);
+  cross_tag_ += cross_rings_[ring].units();
   ++cross_jobs_started_;
   return true;
+}
+
+size_t TwoLevelAllGather::cross_jobs_done() const {
+  // Chunk k ran on ring k % kCrossRings: every chunk before the last kCrossRings started is
+  // done; of those, the oldest still active is the first not done.
+  const size_t started = cross_jobs_started_;
+  for (size_t chunk = started > kCrossRings ? started - kCrossRings : 0; chunk < started; ++chunk) {
+    if (cross_rings_[chunk % kCrossRings].active()) return chunk;
+  }
+  return started;
+}
+
+bool TwoLevelAllGather::cross_active() const {
+  for (const SubringGather& ring : cross_rings_) {
+    if (ring.active()) return true;
+  }
+  return false;
 }
 
 // Level two, job (k, g): chunk k of host g's L blocks, once level one delivered chunk k.
@@ -51,8 +92,7 @@ bool TwoLevelAllGather::start_host_job() {
   if (host_ring_.active() || host_jobs_started_ == chunks_ * grid_.hosts) return false;
   const size_t chunk = host_jobs_started_ / grid_.hosts;
   const int target = static_cast<int>(host_jobs_started_ % grid_.hosts);
-  const size_t cross_done = cross_jobs_started_ - (cross_ring_.active() ? 1 : 0);
-  if (chunk >= cross_done) return false;
+  if (chunk >= cross_jobs_done()) return false;
   for (int j = 0; j < grid_.local; ++j) {
     const int block = grid_.rank_of(target, j);
     host_output_[j] = block_chunk(block, chunk);
@@ -66,14 +106,28 @@ bool TwoLevelAllGather::start_host_job() {
 
 Status TwoLevelAllGather::progress(TaskContext& context, CollTask& task, bool* done) {
   for (;;) {
-    bool moved = start_cross_job();
-    ZRT_RETURN_IF_ERROR(cross_ring_.progress(context, task, &moved));
-    moved |= start_host_job();
-    ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
+    bool moved = false;
+    while (start_cross_job()) moved = true;
+    for (SubringGather& ring : cross_rings_) {
+      ZRT_RETURN_IF_ERROR(ring.progress(context, task, &moved));
+    }
+    if (host_windows_) {
+      // This rank's own block of chunk k moves once level one delivered chunk k.
+      const size_t limit = cross_jobs_done() * grid_.hosts;
+      ZRT_RETURN_IF_ERROR(host_window_.progress(context, task, limit, &moved));
+    } else {
+      moved |= start_host_job();
+      ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
+    }
     if (!moved) break;
   }
-  if (cross_ring_.active()) {
-    task.note_waiting(cross_ring_.left());
+  if (cross_active()) {
+    task.note_waiting(cross_rings_[0].left());
+  } else if (host_windows_) {
+    bool host_done = false;
+    ZRT_RETURN_IF_ERROR(host_window_.finished(task, &host_done));
+    if (host_done && cross_jobs_started_ == chunks_) *done = true;
+    if (!host_done) task.note_waiting(host_window_.left());
   } else if (host_ring_.active()) {
     task.note_waiting(host_ring_.left());
   } else if (host_jobs_started_ == chunks_ * grid_.hosts) {

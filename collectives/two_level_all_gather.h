@@ -6,16 +6,24 @@
 // level one brought it. A host receives L(H-1) blocks over the network, each exactly once.
 //
 // Pipelining: every block is cut into chunks of kChunkBytes; level one runs chunk after chunk
-// without waiting, level two runs job (k, g) for every host g once level one has chunk k, so
-// the network moves chunk k+1 while the host's ranks exchange chunk k. No staging: both levels
-// receive into the output.
+// without waiting, kCrossRings chunks at once (one ring each, tags apart) so that the network
+// link does not fall idle while one chunk's ring completes and the next one's starts, level two
+// runs job (k, g) for every host g once level one has chunk k, so the network moves chunk k+1 while
+// the host's ranks exchange chunk k. No staging: both levels receive into the output.
+//
+// Level two runs over the mapped windows (two_level_window.h) when the stream has them
+// (EngineOptions::peer_windows with two_level_hosts; ZRT_WINDOWS=0: tagged messages,
+// SubringGather): every job's chunks go straight into the next local rank's inbox, the jobs one
+// stream of units.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "collectives/coll_task.h"
 #include "collectives/two_level_grid.h"
 #include "collectives/two_level_ring_gather.h"
+#include "collectives/two_level_window.h"
 
 namespace zrt {
 
@@ -25,12 +33,17 @@ inline constexpr uint32_t kTwoLevelGatherTags = 0x8000;
 
 class TwoLevelAllGather final : public Phase {
  public:
-  static constexpr size_t kChunkBytes = size_t{1} << 20;
-  static constexpr size_t kMessageBytes = size_t{128} << 10;
+  // 2 MiB chunks in 512 KiB messages: with kCrossRings rings, up to 4 MiB in flight on each
+  // connection across hosts (the flat ring keeps 8 x 1 MiB in flight and, at load 6-12, drove
+  // the link twice as hard as main's two-level 4 x 128 KiB did).
+  static constexpr size_t kChunkBytes = size_t{2} << 20;
+  static constexpr int kCrossRings = 2;
+  static constexpr size_t kMessageBytes = size_t{512} << 10;
 
   TwoLevelAllGather(const void* own, void* output, BlockLayout layout, size_t element_size,
-                    HostGrid grid, uint32_t tag_offset)
-      : own_(static_cast<const char*>(own)),
+                    HostGrid grid, uint32_t tag_offset, bool host_windows)
+      : host_windows_(host_windows),
+        own_(static_cast<const char*>(own)),
         output_(static_cast<char*>(output)),
         layout_(layout),
         element_size_(element_size),
@@ -43,10 +56,14 @@ class TwoLevelAllGather final : public Phase {
  private:
   bool start_cross_job();
   bool start_host_job();
+  // Chunks of level one done, in order (the oldest still active bounds it).
+  size_t cross_jobs_done() const;
+  bool cross_active() const;
   char* block_chunk(int block, size_t chunk) const {
     return output_ + (layout_.offset(block) + chunk * chunk_elems_) * element_size_;
   }
 
+  bool host_windows_;
   const char* own_;
   char* output_;
   BlockLayout layout_;
@@ -58,8 +75,9 @@ class TwoLevelAllGather final : public Phase {
   int local_ = 0;
   std::vector<int> host_members_;
   std::vector<int> cross_members_;
-  SubringGather host_ring_;
-  SubringGather cross_ring_;
+  SubringGather host_ring_;  // without windows
+  HostWindowGather host_window_;
+  std::array<SubringGather, kCrossRings> cross_rings_;  // chunk k on ring k % kCrossRings
   size_t chunk_elems_ = 1;
   size_t chunks_ = 0;
   size_t cross_jobs_started_ = 0;
@@ -68,8 +86,8 @@ class TwoLevelAllGather final : public Phase {
   uint32_t cross_tag_ = 0;
   std::vector<char*> host_output_;
   std::vector<size_t> host_length_;
-  std::vector<char*> cross_output_;
-  std::vector<size_t> cross_length_;
+  std::array<std::vector<char*>, kCrossRings> cross_output_;  // per ring, while it runs
+  std::array<std::vector<size_t>, kCrossRings> cross_length_;
 };
 
 }  // namespace zrt

@@ -20,23 +20,52 @@ Status TwoLevelReduceScatter::start(TaskContext& context, CollTask&) {
   for (int g = 0; g < hosts; ++g) cross_members_[g] = grid_.rank_of(g, local_);
   host_input_.assign(local, nullptr);
   host_length_.assign(local, 0);
-  cross_input_.assign(hosts, nullptr);
-  cross_length_.assign(hosts, 0);
+  for (int ring = 0; ring < kCrossRings; ++ring) {
+    cross_input_[ring].assign(hosts, nullptr);
+    cross_length_[ring].assign(hosts, 0);
+  }
 
-  const size_t slots = 2 * SubringReduce::kSlots * kSlotBytes;  // one ring's
+  // Slots for the rings across hosts; without windows, for level one's ring too. The rest of
+  // the scratch is staging.
+  const size_t cross_slots = SubringReduce::scratch_bytes(hosts, kSlotBytes);
+  const size_t host_slots = host_windows_ ? 0 : SubringReduce::scratch_bytes(local, kSlotBytes);
+  const size_t slots = kCrossRings * cross_slots + host_slots;
   if (context.resources == nullptr || context.resources->scratch == nullptr ||
-      context.resources->scratch_bytes < 2 * slots + kDepth * hosts * spec_.element_size) {
+      context.resources->scratch_bytes < slots + kDepth * hosts * spec_.element_size) {
     return Status(ZRT_INTERNAL_ERROR, "two-level reduce-scatter: stream staging memory missing");
   }
   char* scratch = static_cast<char*>(context.resources->scratch);
-  host_ring_.init(&host_members_, local_, scratch, kSlotBytes, spec_);
-  cross_ring_.init(&cross_members_, host_, scratch + slots, kSlotBytes, spec_);
-  staging_ = scratch + 2 * slots;
-  const size_t staging_bytes = context.resources->scratch_bytes - 2 * slots;
+  const size_t cross_message = hosts == 2 ? kPairMessageBytes : kSlotBytes;
+  for (int ring = 0; ring < kCrossRings; ++ring) {
+    cross_rings_[ring].init(&cross_members_, host_, scratch + ring * cross_slots, cross_message,
+                            spec_);
+  }
+  if (!host_windows_) {
+    host_ring_.init(&host_members_, local_, scratch + kCrossRings * cross_slots, kSlotBytes, spec_);
+  }
+  staging_ = scratch + slots;
+  const size_t staging_bytes = context.resources->scratch_bytes - slots;
   chunk_elems_ = std::max<size_t>(1, staging_bytes / (kDepth * hosts) / spec_.element_size);
   chunks_ = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;
   host_jobs_started_ = cross_jobs_started_ = 0;
   host_tag_ = cross_tag_ = tag_offset_;
+  if (host_windows_) {
+    // Every job of level one up front: the window numbers their units on from one to the next.
+    ZRT_RETURN_IF_ERROR(host_window_.attach(context, &host_members_, local_, spec_.element_size));
+    host_window_.set_spec(spec_, spec_.scale);
+    for (size_t chunk = 0; chunk < chunks_; ++chunk) {
+      for (int target = 0; target < hosts; ++target) {
+        for (int j = 0; j < local; ++j) {
+          const int block = grid_.rank_of(target, j);
+          host_input_[j] =
+              input_ + (layout_.offset(block) + chunk * chunk_elems_) * spec_.element_size;
+          host_length_[j] = chunk_length(block, chunk);
+        }
+        host_window_.add_job(host_input_.data(), host_length_.data(), staging(chunk, target));
+      }
+    }
+    host_window_.begin(tag_offset_);
+  }
   return Status::ok();
 }
 
@@ -46,8 +75,7 @@ bool TwoLevelReduceScatter::start_host_job() {
   if (host_ring_.active() || host_jobs_started_ == chunks_ * grid_.hosts) return false;
   const size_t chunk = host_jobs_started_ / grid_.hosts;
   const int target = static_cast<int>(host_jobs_started_ % grid_.hosts);
-  const size_t cross_done = cross_jobs_started_ - (cross_ring_.active() ? 1 : 0);
-  if (chunk >= cross_done + kDepth) return false;
+  if (chunk >= cross_jobs_done() + kDepth) return false;
   for (int j = 0; j < grid_.local; ++j) {
     const int block = grid_.rank_of(target, j);
     host_input_[j] = input_ + (layout_.offset(block) + chunk * chunk_elems_) * spec_.element_size;
@@ -63,33 +91,73 @@ bool TwoLevelReduceScatter::start_host_job() {
 // Level two, chunk k: the hosts' partials of chunk k of this rank's block, reduced across hosts
 // into the output. Waits for level one to have finished chunk k for every host.
 bool TwoLevelReduceScatter::start_cross_job() {
-  if (cross_ring_.active() || cross_jobs_started_ == chunks_) return false;
+  if (cross_jobs_started_ == chunks_) return false;
   const size_t chunk = cross_jobs_started_;
-  const size_t host_done = host_jobs_started_ - (host_ring_.active() ? 1 : 0);
-  if (host_done < (chunk + 1) * grid_.hosts) return false;
+  const int ring = static_cast<int>(chunk % kCrossRings);
+  if (cross_rings_[ring].active()) return false;
+  if (host_jobs_done() < (chunk + 1) * grid_.hosts) return false;
   for (int g = 0; g < grid_.hosts; ++g) {
-    cross_input_[g] = staging(chunk, g);
-    cross_length_[g] = chunk_length(grid_.rank_of(g, local_), chunk);
+    cross_input_[ring][g] = staging(chunk, g);
+    cross_length_[ring][g] = chunk_length(grid_.rank_of(g, local_), chunk);
   }
-  cross_ring_.begin(cross_input_.data(), cross_length_.data(),
-                    output_ + chunk * chunk_elems_ * spec_.element_size, 1.0, true, cross_tag_);
-  cross_tag_ += cross_ring_.units();
+  cross_rings_[ring].begin(cross_input_[ring].data(), cross_length_[ring].data(),
+                           output_ + chunk * chunk_elems_ * spec_.element_size, 1.0, true,
+                           cross_tag_);
+  cross_tag_ += cross_rings_[ring].units();
   ++cross_jobs_started_;
   return true;
 }
 
+size_t TwoLevelReduceScatter::cross_jobs_done() const {
+  // Chunk k ran on ring k % kCrossRings: every chunk before the last kCrossRings started is
+  // done; of those, the oldest still active is the first not done.
+  const size_t started = cross_jobs_started_;
+  for (size_t chunk = started > kCrossRings ? started - kCrossRings : 0; chunk < started; ++chunk) {
+    if (cross_rings_[chunk % kCrossRings].active()) return chunk;
+  }
+  return started;
+}
+
+bool TwoLevelReduceScatter::cross_active() const {
+  for (const SubringReduce& ring : cross_rings_) {
+    if (ring.active()) return true;
+  }
+  return false;
+}
+
+size_t TwoLevelReduceScatter::host_jobs_done() const {
+  if (host_windows_) return host_window_.jobs_consumed();
+  return host_jobs_started_ - (host_ring_.active() ? 1 : 0);
+}
+
 Status TwoLevelReduceScatter::progress(TaskContext& context, CollTask& task, bool* done) {
   for (;;) {
-    bool moved = start_host_job();
-    ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
-    moved |= start_cross_job();
-    ZRT_RETURN_IF_ERROR(cross_ring_.progress(context, task, &moved));
+    bool moved = false;
+    if (host_windows_) {
+      // Outputs of level one only into staging buffers level two has released.
+      const size_t limit =
+          std::min(host_window_.jobs(), (cross_jobs_done() + kDepth) * grid_.hosts);
+      ZRT_RETURN_IF_ERROR(host_window_.progress(context, task, limit, &moved));
+    } else {
+      moved = start_host_job();
+      ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
+    }
+    while (start_cross_job()) moved = true;
+    for (SubringReduce& ring : cross_rings_) {
+      ZRT_RETURN_IF_ERROR(ring.progress(context, task, &moved));
+    }
     if (!moved) break;
   }
-  if (cross_ring_.active()) {
-    task.note_waiting(cross_ring_.left());
-  } else if (host_ring_.active()) {
-    task.note_waiting(host_ring_.left());
+  bool host_done = false;
+  if (host_windows_) {
+    ZRT_RETURN_IF_ERROR(host_window_.finished(task, &host_done));
+  } else {
+    host_done = !host_ring_.active();
+  }
+  if (cross_active()) {
+    task.note_waiting(cross_rings_[0].left());
+  } else if (!host_done) {
+    task.note_waiting(host_windows_ ? host_window_.left() : host_ring_.left());
   } else if (cross_jobs_started_ == chunks_) {
     *done = true;
   }

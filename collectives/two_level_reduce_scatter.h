@@ -17,26 +17,41 @@
 //
 // Pipelining: every block is cut into chunks of chunk_elems elements. Level one runs job (k, g)
 // for chunk k and host g in order; level two runs chunk k as soon as level one finished chunk k
-// for every host, so the network carries chunk k while the host reduces chunk k+1. Level one's
-// partials sit in kDepth staging buffers of H chunks each in the stream's scratch memory.
+// for every host, so the network carries chunk k while the host reduces chunk k+1. Level two
+// keeps kCrossRings chunks in flight (one ring each, tags apart), so the network link does not
+// fall idle while one chunk's ring completes and the next one's starts. Level one's partials sit
+// in kDepth = kCrossRings + 1 staging buffers of H chunks each in the stream's scratch memory.
+//
+// Level one runs over the mapped windows (two_level_window.h) when the stream has them
+// (EngineOptions::peer_windows with two_level_hosts; ZRT_WINDOWS=0: tagged messages,
+// SubringReduce): every job's chunks go straight into the next local rank's inbox, the jobs one
+// stream of units, so the host's ranks never wait on a drain between jobs. The order of the sums is
+// the same either way.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "collectives/coll_task.h"
 #include "collectives/two_level_grid.h"
 #include "collectives/two_level_ring_reduce.h"
+#include "collectives/two_level_window.h"
 
 namespace zrt {
 
 class TwoLevelReduceScatter final : public Phase {
  public:
-  static constexpr int kDepth = 2;
+  static constexpr int kCrossRings = 2;
+  static constexpr int kDepth = kCrossRings + 1;
   static constexpr size_t kSlotBytes = size_t{128} << 10;
+  // Messages across two hosts, where the ring needs no slots (SubringReduce::scratch_bytes):
+  // a staging chunk (682 KiB with windows) travels as 3, all in flight at once.
+  static constexpr size_t kPairMessageBytes = size_t{256} << 10;
 
   TwoLevelReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
-                        HostGrid grid, uint32_t tag_offset)
-      : input_(static_cast<const char*>(input)),
+                        HostGrid grid, uint32_t tag_offset, bool host_windows)
+      : host_windows_(host_windows),
+        input_(static_cast<const char*>(input)),
         output_(static_cast<char*>(output)),
         layout_(layout),
         spec_(spec),
@@ -49,6 +64,10 @@ class TwoLevelReduceScatter final : public Phase {
  private:
   bool start_host_job();
   bool start_cross_job();
+  size_t host_jobs_done() const;
+  // Chunks of level two done, in order (the oldest still active bounds it).
+  size_t cross_jobs_done() const;
+  bool cross_active() const;
   size_t chunk_length(int block, size_t chunk) const {
     return layout_.chunk_length(block, chunk, chunk_elems_);
   }
@@ -56,6 +75,7 @@ class TwoLevelReduceScatter final : public Phase {
     return staging_ + ((chunk % kDepth) * grid_.hosts + host) * chunk_elems_ * spec_.element_size;
   }
 
+  bool host_windows_;
   const char* input_;
   char* output_;
   BlockLayout layout_;
@@ -66,8 +86,9 @@ class TwoLevelReduceScatter final : public Phase {
   int local_ = 0;
   std::vector<int> host_members_;   // this host's ranks
   std::vector<int> cross_members_;  // the ranks of this local rank on every host
-  SubringReduce host_ring_;
-  SubringReduce cross_ring_;
+  SubringReduce host_ring_;         // without windows
+  HostWindowReduce host_window_;
+  std::array<SubringReduce, kCrossRings> cross_rings_;  // chunk k on ring k % kCrossRings
   char* staging_ = nullptr;
   size_t chunk_elems_ = 1;
   size_t chunks_ = 0;
@@ -77,8 +98,8 @@ class TwoLevelReduceScatter final : public Phase {
   uint32_t cross_tag_ = 0;
   std::vector<const char*> host_input_;
   std::vector<size_t> host_length_;
-  std::vector<const char*> cross_input_;
-  std::vector<size_t> cross_length_;
+  std::array<std::vector<const char*>, kCrossRings> cross_input_;  // per ring, while it runs
+  std::array<std::vector<size_t>, kCrossRings> cross_length_;
 };
 
 }  // namespace zrt

@@ -14,8 +14,8 @@ void SubringReduce::init(const std::vector<int>* members, int me, char* scratch,
   spec_ = spec;
   chunk_elems_ = std::max<size_t>(1, slot_bytes / spec.element_size);
   for (int i = 0; i < kSlots; ++i) {
-    recv_slots_[i] = scratch + i * slot_bytes;
-    send_slots_[i] = scratch + (kSlots + i) * slot_bytes;
+    recv_slots_[i] = size_ > 2 ? scratch + i * slot_bytes : nullptr;
+    send_slots_[i] = size_ > 2 ? scratch + (kSlots + i) * slot_bytes : nullptr;
   }
 }
 
@@ -37,6 +37,10 @@ void SubringReduce::begin(const char* const* input, const size_t* length, char* 
 size_t SubringReduce::chunk_count(int block, size_t chunk) const {
   const size_t begin = chunk * chunk_elems_;
   return begin >= length_[block] ? 0 : std::min(chunk_elems_, length_[block] - begin);
+}
+
+char* SubringReduce::received(int slot, size_t chunk) const {
+  return size_ > 2 ? recv_slots_[slot] : output_ + chunk * chunk_elems_ * spec_.element_size;
 }
 
 const char* SubringReduce::input_chunk(int block, size_t chunk) const {
@@ -77,7 +81,7 @@ Status SubringReduce::progress(TaskContext& context, CollTask& task, bool* moved
                                            chunk_count(block, chunk) * esize, &send));
       }
       const int block = ring_mod(me_ - 2 - step, size_);
-      ZRT_RETURN_IF_ERROR(task.post_recv(context, left_, tag, recv_slots_[slot],
+      ZRT_RETURN_IF_ERROR(task.post_recv(context, left_, tag, received(slot, chunk),
                                          chunk_count(block, chunk) * esize, &recvs_[slot]));
       ++next_post_;
       step_moved = true;
@@ -98,7 +102,7 @@ Status SubringReduce::progress(TaskContext& context, CollTask& task, bool* moved
           ZRT_RETURN_IF_ERROR(task.collect(&recv, left_, false, count * esize));
           char* out =
               last ? output_ + chunk * chunk_elems_ * esize : send_slots_[send_seq_ % kSlots];
-          reduce_chunk(spec_, recv_slots_[slot], step == 0 ? input_scale_ : 1.0,
+          reduce_chunk(spec_, received(slot, chunk), step == 0 ? input_scale_ : 1.0,
                        input_chunk(block, chunk), input_scale_, out, count, last && final_);
           if (!last) {
             ZRT_RETURN_IF_ERROR(task.post_send(context, right_,

@@ -6,8 +6,9 @@
 // `members`: the partial of block s starts at member s+1 and walks right; member s adds its own
 // input last, so block s is ((x[s+1] + x[s+2]) + ...) + x[s] over the members, on every run.
 // Blocks are cut into chunks of slot_bytes; up to kSlots receives and kSlots forwarded partials
-// are in flight. A job is done when every reduction was made and every send completed, so the
-// next job may reuse the slots and the caller may reuse the inputs.
+// are in flight (with two members, received straight into the output: no slots). A job is done when
+// every reduction was made and every send completed, so the next job may reuse the slots and the
+// caller may reuse the inputs.
 #pragma once
 
 #include <array>
@@ -22,8 +23,15 @@ class SubringReduce {
  public:
   static constexpr int kSlots = 4;
 
+  // Scratch a ring over `members` ranks needs: kSlots receive slots and kSlots for the partials
+  // it forwards; none with two members, where every chunk received is a last step: it is
+  // received straight into the output and reduced there with this rank's input (the same sum,
+  // a + b with a the received partial), so the chunks in flight are not bounded by slots.
+  static size_t scratch_bytes(int members, size_t slot_bytes) {
+    return members > 2 ? 2 * kSlots * slot_bytes : 0;
+  }
   // `members` (comm ranks in ring order) must outlive the object; `me` is this rank's position;
-  // `scratch` holds 2 * kSlots * slot_bytes.
+  // `scratch` holds scratch_bytes(members.size(), slot_bytes).
   void init(const std::vector<int>* members, int me, char* scratch, size_t slot_bytes,
             const ReduceSpec& spec);
   // Starts a job: block j of every member is `length[j]` elements at `input[j]` (arrays of
@@ -42,6 +50,9 @@ class SubringReduce {
  private:
   size_t chunk_count(int block, size_t chunk) const;
   const char* input_chunk(int block, size_t chunk) const;
+  // Where the chunk of unit (chunk, step) in `slot` is received: the slot, or with two members
+  // the output (every step is the last).
+  char* received(int slot, size_t chunk) const;
   bool finish_sends(CollTask& task, Status* status);
 
   const std::vector<int>* members_ = nullptr;

@@ -12,12 +12,15 @@ netns_agent.sh), and:
     reduce-scatter and all-gather, twice that for all-reduce) per second, over what
     ucx_perftest tag_bw moves per direction while both directions run at once, with as many
     streams each way as the two-level collectives use (--local: one per local rank) and
-    messages of one rank's block.
+    messages of one rank's block: each stream's median per-second figure while all of them
+    run (ucx_perftest's own reports, so start-up skew between the streams counts for nothing),
+    summed per direction, the smaller direction, median of --ucx-rounds rounds (each printed).
 Times are per call, the mean over ranks (zrt-bench -a 1) or the slowest rank's mean (ob1).
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -91,37 +94,60 @@ def ob1_times(args, name, local, binary):
     return times
 
 
-def ucx_both_ways(name, streams, message, total_bytes):
-    """Bytes per second one direction carries while `streams` tag_bw pairs run each way."""
-    iters = max(20, min(2000, total_bytes // message))
+def perftest_intervals(out):
+    """The per-second bandwidths (bytes/s) ucx_perftest -v reported while it ran (its
+    "[thread 0]" lines; MB = 2^20 bytes), and its overall figure from the final line."""
+    intervals, overall = [], None
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("[thread"):
+            fields = line.split("]", 1)[1].strip().split(",")
+            intervals.append(float(fields[4]) * (1 << 20))
+        elif line[:1].isdigit():
+            overall = float(line.split(",")[5]) * (1 << 20)
+    return intervals, overall
+
+
+def ucx_round(name, streams, message, seconds, port_base):
+    """One round of `streams` tag_bw pairs each way at once: per direction, the sum over its
+    streams of each stream's median per-second bandwidth, over the seconds when every stream of
+    both directions was running (the first and last report of each are dropped: start-up skew
+    and the tail, when the other streams may be done). Returns (the smaller direction, both)."""
     env = {"UCX_TLS": "tcp,self"}
+    # Enough messages for `seconds` at 1 GB/s per direction, shared by the streams.
+    iters = max(20, int(seconds * 1e9 / streams / message))
+    common = ["-t", "tag_bw", "-s", message, "-n", iters, "-w", 5, "-v"]
     servers, clients = [], []
     for direction in range(2):
         for stream in range(streams):
-            port = 13400 + direction * 100 + stream
-            server_host = direction
-            servers.append(on_host(name, server_host, ["ucx_perftest", "-t", "tag_bw", "-s",
-                                                       message, "-n", iters, "-w", 5, "-p", port,
-                                                       "-f", "-v"], env))
+            port = port_base + direction * 100 + stream
+            servers.append(on_host(name, direction, ["ucx_perftest", "-p", port] + common, env))
     time.sleep(1.0)
     for direction in range(2):
         for stream in range(streams):
-            port = 13400 + direction * 100 + stream
+            port = port_base + direction * 100 + stream
             address = f"10.213.0.{direction + 1}"
-            clients.append(on_host(name, 1 - direction, ["ucx_perftest", address, "-t", "tag_bw",
-                                                          "-s", message, "-n", iters, "-w", 5,
-                                                          "-p", port, "-f", "-v"], env))
+            clients.append(on_host(name, 1 - direction,
+                                   ["ucx_perftest", address, "-p", port] + common, env))
     per_direction = [0.0, 0.0]
     for index, client in enumerate(clients):
         out, err = client.communicate(timeout=600)
         if client.returncode != 0:
             sys.exit(f"ucx_perftest failed with {client.returncode}:\n{out}\n{err}")
-        last = [line.strip() for line in out.splitlines() if line.strip()[:1].isdigit()][-1]
-        overall_bw = float(last.split(",")[5])  # MB/s, MB = 2^20 bytes
-        per_direction[index // streams] += overall_bw * (1 << 20)
+        intervals, overall = perftest_intervals(out)
+        steady = intervals[1:-1] if len(intervals) >= 3 else intervals
+        per_direction[index // streams] += statistics.median(steady) if steady else overall
     for server in servers:
         server.communicate(timeout=60)
-    return min(per_direction)
+    return min(per_direction), per_direction
+
+
+def ucx_both_ways(name, streams, message, rounds, seconds):
+    """Bytes per second one direction carries while `streams` tag_bw pairs run each way at once
+    (the median over `rounds` rounds of the smaller direction), and every round's figures."""
+    results = [ucx_round(name, streams, message, seconds, 13400 + 2 * streams * r)
+               for r in range(rounds)]
+    return statistics.median(r[0] for r in results), [r[1] for r in results]
 
 
 def main():
@@ -131,6 +157,10 @@ def main():
     parser.add_argument("--local", type=int, default=2, help="ranks per host (default 2)")
     parser.add_argument("-n", "--iters", type=int, default=5)
     parser.add_argument("-w", "--warmup", type=int, default=2)
+    parser.add_argument("--ucx-rounds", type=int, default=3,
+                        help="rounds of the UCX reference per size (median; default 3)")
+    parser.add_argument("--ucx-seconds", type=float, default=3.0,
+                        help="about how long each UCX round runs (default 3)")
     parser.add_argument("--name", default=f"mb{os.getpid() % 100000}")
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build", "bench-multihost"),
                         help="where mpi_colls is built (visible on every simulated host)")
@@ -154,9 +184,13 @@ def main():
         ucx = {}
         for size in SIZES:
             block = size // (hosts * local)
-            ucx[size] = ucx_both_ways(args.name, local, block, max(size, 64 << 20))
+            ucx[size], rounds = ucx_both_ways(args.name, local, block, args.ucx_rounds,
+                                              args.ucx_seconds)
+            print(f"# UCX {size}: per direction, each round (GB/s): " +
+                  " ".join(f"{a / 1e9:.3f}/{b / 1e9:.3f}" for a, b in rounds), flush=True)
         print(f"# 2 hosts x {local} ranks, tcp over veth; measured in {time.time() - started:.0f} s;"
-              f" times in us per call; UCX = tag_bw, {local} streams each way at once")
+              f" times in us per call; UCX = tag_bw, {local} streams each way at once, steady "
+              f"state, median of {args.ucx_rounds} rounds; load {os.getloadavg()[0]:.2f}")
         print(f"{'collective':<15}{'bytes':>10}{'two-level':>11}{'flat':>11}{'ob1':>11}"
               f"{'UCX GB/s':>10}{'2L/UCX':>8}{'flat/UCX':>9}{'2L/ob1':>8}{'flat/ob1':>9}")
         for coll in COLLS:

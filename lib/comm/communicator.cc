@@ -98,8 +98,11 @@ Status Communicator::start_engine() {
   engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.
-  engine_options.peer_windows = options_.windows && size_ > 1 && local_size_ == size_;
+  // Windows when the ring neighbours share a host: every rank on this one, or the two-level
+  // collectives' ring inside each host.
   engine_options.two_level_hosts = two_level_hosts();
+  engine_options.peer_windows =
+      options_.windows && size_ > 1 && (local_size_ == size_ || engine_options.two_level_hosts > 1);
   engine_options.host_names = host_names_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
   return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);

@@ -56,8 +56,8 @@ constexpr SettingSpec kSpecs[] = {
      .name = "ZRT_WINDOWS",
      .type = SettingType::kBool,
      .default_value = "1",
-     .doc = "ranks on one host: rings write into the neighbour's mapped staging (1) or send UCX "
-            "messages (0)"},
+     .doc = "ranks on one host, and the two-level collectives' ring inside each host: rings write "
+            "into the neighbour's mapped staging (1) or send UCX messages (0)"},
     // Range and default: kWindowMaxSlots and kWindowSlots (lib/engine/stream_resources.h).
     {.id = SettingId::kWindowSlots,
      .name = "ZRT_WINDOW_SLOTS",

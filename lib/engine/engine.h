@@ -77,9 +77,9 @@ struct EngineOptions {
   // mismatched calls fail naming both. Not a setting: off only to measure its cost
   // (bench/bench_collectives.cc's "fingerprint" mode).
   bool fingerprint = true;
-  // Ring reduce-scatter and all-gather write straight into the right neighbour's mapped inbox
-  // (collectives/ring_window.h) instead of sending tagged messages. Only when every rank of the
-  // communicator is on this host (the communicator decides; ZRT_WINDOWS=0 turns it off).
+  // Rings write into the right neighbour's mapped inbox (collectives/ring_window.h), not tagged
+  // messages: all rings with every rank on this host, else the two-level ones' ring in each host
+  // (two_level_hosts > 1; the communicator decides, ZRT_WINDOWS=0 turns it off).
   bool peer_windows = false;
   // The inbox geometry: window_slots slots (2 to kWindowMaxSlots) of window_slot_bytes (a
   // multiple of 4 KiB from kWindowMinSlotBytes to kWindowMaxSlotBytes; stream_resources.h).

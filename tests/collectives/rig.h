@@ -44,6 +44,10 @@ struct Rig {
   bool windows = windows_default();
   // Forces an algorithm (EngineOptions::all_reduce_algorithm, as ZRT_ALGO does); unset: ZRT_ALGO.
   std::optional<AllReduceAlgorithm> algorithm;
+  // > 1: the ranks stand for this many hosts of size / two_level_hosts consecutive ranks
+  // (EngineOptions::two_level_hosts), so the two-level collectives run on one machine; with
+  // `windows`, their ring inside each simulated host writes into the mapped inboxes.
+  int two_level_hosts = 0;
   int check_order = -1;  // EngineOptions::check_order: -1 = ZRT_CHECK / the build's default
 
   static bool windows_default() {
@@ -66,6 +70,7 @@ struct Rig {
     engine_options.size = size;
     engine_options.timeout_ms = timeout_ms;
     engine_options.peer_windows = windows && size > 1;
+    engine_options.two_level_hosts = two_level_hosts;
     engine_options.all_reduce_algorithm = algorithm;
     engine_options.check_order = check_order;
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
