@@ -37,17 +37,12 @@ constexpr auto kIdle = std::chrono::milliseconds(1500);
 // A sanitizer build's looks at the sequence words cost about twice as much CPU (2.6-8.3 ms under
 // ASan; 22 ms when the progress thread still looked every 20 ms, which failed CI), so its
 // budget is 3% of a core, which a spinning wait (100%) still fails.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kMaxCoreShare = 0.03;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr double kMaxCoreShare = 0.03;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)  // gcc and clang define these
+constexpr bool kSanitizerBuild = true;
 #else
-constexpr double kMaxCoreShare = 0.01;
+constexpr bool kSanitizerBuild = false;
 #endif
-#else
-constexpr double kMaxCoreShare = 0.01;
-#endif
+constexpr double kMaxCoreShare = kSanitizerBuild ? 0.03 : 0.01;
 
 // Both small paths: the one-shot collectives through the mapped arenas (the default on one
 // host; their waits poll memory, so the progress thread looks at intervals) and the direct
