@@ -4,7 +4,29 @@
 
 #include <fmt/format.h>
 
+#include "lib/core/dtype.h"
+
 namespace zrt {
+
+std::string describe_call(const CallDescription& call) {
+  const char* name = coll_kind_name(call.kind);
+  const char* dtype = dtype_name(call.dtype);
+  switch (call.kind) {
+    case ZRT_COLL_ALL_GATHER:
+      return fmt::format("{}({} x {})", name, call.count, dtype);
+    case ZRT_COLL_BROADCAST:
+      return fmt::format("{}({} x {}, root {})", name, call.count, dtype, call.root);
+    case ZRT_COLL_REDUCE:
+      return fmt::format("{}({} x {}, {}, root {})", name, call.count, dtype, call.op, call.root);
+    case ZRT_COLL_BARRIER:
+      return "barrier";
+    case ZRT_COLL_SEND:
+    case ZRT_COLL_RECV:
+      return fmt::format("{}({} x {}, peer {})", name, call.count, dtype, call.peer);
+    default:
+      return fmt::format("{}({} x {}, {})", name, call.count, dtype, call.op);
+  }
+}
 
 Status CollTask::start(TaskContext& context) {
   phase_index_ = 0;
@@ -22,14 +44,26 @@ Status CollTask::start(TaskContext& context) {
     return start_phases(context);
   }
   if (!local_) fingerprint_.start(context);
-  if (!local_ && !prepared_) ZRT_RETURN_IF_ERROR(check_.start(context));
-  if (check_.active()) return Status::ok();  // the data phases wait for the fingerprints
+  if (!local_ && !prepared_) ZRT_RETURN_IF_ERROR(start_order_check(context));
+  if (checking()) return Status::ok();  // the data phases wait for the fingerprints
   return start_phases(context);
 }
 
 Status CollTask::prepare(TaskContext& context) {
   prepared_ = true;
-  return check_.start(context);
+  return start_order_check(context);
+}
+
+Status CollTask::start_order_check(TaskContext& context) {
+  if (!context.check_order || !fingerprinted_) {
+    check_.reset();
+    return Status::ok();
+  }
+  if (check_ == nullptr) {
+    check_ = std::make_unique<OrderCheck>();
+    check_->set_fingerprint(fingerprint_.mine());
+  }
+  return check_->start(context);
 }
 
 Status CollTask::start_phases(TaskContext& context) {
@@ -84,23 +118,24 @@ Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
 // arrived and matched (order_check.h tells why), and the task ends once they are done and the
 // fingerprint sends completed.
 Status CollTask::progress(TaskContext& context, bool* done) {
-  if (!check_.active()) {
+  if (!checking()) {
     if (fingerprint_.enabled()) return run_fingerprinted(context, done);
     return run_phases(context, done);
   }
-  marker_ += static_cast<uint64_t>(check_.poll(context));
+  OrderCheck& check = *check_;
+  marker_ += static_cast<uint64_t>(check.poll(context));
   if (!phases_started_) {
-    if (check_.mismatch_ready()) return check_.mismatch();
-    if (!check_.mismatch().is_ok()) return Status::ok();  // our fingerprints still on their way
-    if (!check_.peer_error().is_ok()) {
-      return check_.peer_error().with_context(check_.missing_description());
+    if (check.mismatch_ready()) return check.mismatch();
+    if (!check.mismatch().is_ok()) return Status::ok();  // our fingerprints still on their way
+    if (!check.peer_error().is_ok()) {
+      return check.peer_error().with_context(check.missing_description());
     }
-    if (!check_.all_matched()) return Status::ok();
+    if (!check.all_matched()) return Status::ok();
     ZRT_RETURN_IF_ERROR(start_phases(context));
   }
   if (!phases_done_) ZRT_RETURN_IF_ERROR(run_phases(context, &phases_done_));
-  if (!phases_done_ || !check_.settled()) return Status::ok();
-  if (!check_.peer_error().is_ok()) return check_.peer_error().with_context("order check");
+  if (!phases_done_ || !check.settled()) return Status::ok();
+  if (!check.peer_error().is_ok()) return check.peer_error().with_context("order check");
   *done = true;
   return Status::ok();
 }
@@ -122,7 +157,7 @@ Status CollTask::run_phases(TaskContext& context, bool* done) {
 }
 
 std::string CollTask::waiting_on() const {
-  std::string behind = check_.waiting_on();
+  std::string behind = check_ != nullptr ? check_->waiting_on() : "";
   if (!behind.empty()) return behind;
   if (waiting_peer_ < 0) return "";
   return fmt::format("rank {}", waiting_peer_);

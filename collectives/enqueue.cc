@@ -90,26 +90,15 @@ Status reduce_spec(const CollectiveArgs& args, int size, const char* name, Reduc
   return Status::ok();
 }
 
-std::string describe(const CollectiveArgs& args, const char* name) {
-  switch (args.kind) {
-    case ZRT_COLL_ALL_GATHER:
-      return fmt::format("{}({} x {})", name, args.count, dtype_name(args.dtype));
-    case ZRT_COLL_BROADCAST:
-      return fmt::format("{}({} x {}, root {})", name, args.count, dtype_name(args.dtype),
-                         args.root);
-    case ZRT_COLL_REDUCE:
-      return fmt::format("{}({} x {}, {}, root {})", name, args.count, dtype_name(args.dtype),
-                         args.premul ? "premul_sum" : op_name(args.op), args.root);
-    case ZRT_COLL_BARRIER:
-      return "barrier";
-    case ZRT_COLL_SEND:
-    case ZRT_COLL_RECV:
-      return fmt::format("{}({} x {}, peer {})", name, args.count, dtype_name(args.dtype),
-                         args.peer);
-    default:
-      return fmt::format("{}({} x {}, {})", name, args.count, dtype_name(args.dtype),
-                         args.premul ? "premul_sum" : op_name(args.op));
-  }
+CallDescription describe(const CollectiveArgs& args) {
+  CallDescription call;
+  call.kind = args.kind;
+  call.count = args.count;
+  call.dtype = args.dtype;
+  call.op = args.premul ? "premul_sum" : op_name(args.op);
+  call.root = args.root;
+  call.peer = args.peer;
+  return call;
 }
 
 TraceCall trace_call(const CollectiveArgs& args) {
@@ -243,8 +232,8 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     return device->enqueue_collectives(rank, size, &args, 1);
   }
 
-  auto task = std::make_unique<CollTask>(args.kind, describe(args, name), p2p ? args.peer : -1,
-                                         args.kind == ZRT_COLL_SEND);
+  auto task =
+      std::make_unique<CollTask>(describe(args), p2p ? args.peer : -1, args.kind == ZRT_COLL_SEND);
   if (!p2p) task->set_fingerprint(make_fingerprint(args));
   task->set_trace(trace_call(args));
   if (args.purpose == Purpose::kInternal) task->set_internal();
