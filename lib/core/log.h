@@ -27,8 +27,14 @@ void log(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
 
 }  // namespace zrt
 
-#define ZRT_LOG_ERROR(...) ::zrt::log(::zrt::LogLevel::kError, __VA_ARGS__)
-#define ZRT_LOG_WARN(...) ::zrt::log(::zrt::LogLevel::kWarn, __VA_ARGS__)
-#define ZRT_LOG_INFO(...) ::zrt::log(::zrt::LogLevel::kInfo, __VA_ARGS__)
-#define ZRT_LOG_DEBUG(...) ::zrt::log(::zrt::LogLevel::kDebug, __VA_ARGS__)
-#define ZRT_LOG_TRACE(...) ::zrt::log(::zrt::LogLevel::kTrace, __VA_ARGS__)
+// The level is checked before the arguments are evaluated: a disabled line costs one load, not
+// the strings its arguments would build (a task's describe() on every small collective).
+#define ZRT_LOG_AT(level, ...)                                     \
+  do {                                                             \
+    if (::zrt::log_enabled(level)) ::zrt::log(level, __VA_ARGS__); \
+  } while (false)
+#define ZRT_LOG_ERROR(...) ZRT_LOG_AT(::zrt::LogLevel::kError, __VA_ARGS__)
+#define ZRT_LOG_WARN(...) ZRT_LOG_AT(::zrt::LogLevel::kWarn, __VA_ARGS__)
+#define ZRT_LOG_INFO(...) ZRT_LOG_AT(::zrt::LogLevel::kInfo, __VA_ARGS__)
+#define ZRT_LOG_DEBUG(...) ZRT_LOG_AT(::zrt::LogLevel::kDebug, __VA_ARGS__)
+#define ZRT_LOG_TRACE(...) ZRT_LOG_AT(::zrt::LogLevel::kTrace, __VA_ARGS__)
