@@ -1,5 +1,6 @@
 #include "collectives/one_shot.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -127,6 +128,7 @@ Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready
     std::memcpy(arena.key.data() + sizeof(address), key.data(), key.size());
     arena.peer_keys.assign(n, std::vector<uint8_t>(sizeof(address) + kWindowKeyMaxBytes));
     arena.ranks.assign(n, nullptr);
+    arena.peer_finished.assign(n, 0);
     key_sends_.assign(n, PostedOp{});
     key_recvs_.assign(n, PostedOp{});
     for (int peer = 0; peer < n; ++peer) {
@@ -188,10 +190,11 @@ Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready
 // Whether every peer has finished collective k - 2, whose data this rank's slot k % 2 holds.
 bool OneShotPhase::credited(TaskContext& context, CollTask& task) {
   if (sequence_ < 2) return true;
-  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  OneShotArena& arena = context.resources->one_shot;
   for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
-    if (load_acquire(finished_word(ranks[peer])) < sequence_ - 1) {
+    if (peer == context.rank || arena.peer_finished[peer] >= sequence_ - 1) continue;
+    arena.peer_finished[peer] = load_acquire(finished_word(arena.ranks[peer]));
+    if (arena.peer_finished[peer] < sequence_ - 1) {
       task.note_waiting(peer);
       return false;
     }
@@ -217,18 +220,20 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   task.advanced();
 }
 
-// Advances over the peers that published collective k, checking each one's header.
+// Advances over the peers that published collective k, checking each one's header. A peer
+// publishes k only after it finished k - 1 (its `finished` >= k), which the next credit uses.
 Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) {
-  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  OneShotArena& own = context.resources->one_shot;
   const uint64_t parity = sequence_ & 1;
   *all = false;
   for (; next_peer_ < context.size; ++next_peer_) {
     if (next_peer_ == context.rank) continue;
-    char* arena = ranks[next_peer_];
+    char* arena = own.ranks[next_peer_];
     if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
       task.note_waiting(next_peer_);
       return Status::ok();
     }
+    own.peer_finished[next_peer_] = std::max(own.peer_finished[next_peer_], sequence_);
     Header header;
     std::memcpy(&header, slot(arena, parity), sizeof(header));
     if (task.fingerprint_on()) {

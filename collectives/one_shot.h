@@ -8,8 +8,8 @@
 // this path). Collective k, the stream's k-th one-shot collective, alike on every rank, then
 // uses slot k % 2 of every arena:
 //   1. credit: every peer has finished reading collective k - 2 (its `finished` >= k - 1), so
-//      this rank's slot k % 2 is free again. The common case has no wait: a peer finishes k - 2
-//      before it starts k - 1;
+//      this rank's slot k % 2 is free again. The common case has no wait and no load: a peer
+//      finishes k - 2 before it publishes k - 1, which step 3 of k - 1 saw;
 //   2. deposit: the rank copies its contribution (its all-reduce input, its whole reduce-scatter
 //      input, its all-gather block) behind the header into its own slot and publishes
 //      `published[k % 2] = k + 1` with a release store;

@@ -58,6 +58,10 @@ struct OneShotArena {
   uint64_t next = 0;                            // the stream's next one-shot collective's number
   std::vector<uint8_t> key;                     // ours (address + packed key), sent to every peer
   std::vector<std::vector<uint8_t>> peer_keys;  // as received, per rank
+  // Per rank, the highest `finished` word known without reading it: a peer that published
+  // collective k has finished k - 1, so the credit for k + 1 needs no load of its word (one
+  // cross-core cache miss fewer per call).
+  std::vector<uint64_t> peer_finished;
 };
 
 // A send to one's own rank, waiting for the matching receive later on the same stream.
