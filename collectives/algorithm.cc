@@ -33,24 +33,22 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      "order"},
 };
 
-// Crossovers measured on the development machine (2 cores, one host). One-shot through the
-// mapped arenas (one host only; elsewhere these rows are passed over) up to 256 KiB at the rank
-// counts measured (2 and 4 timed, 8 tested; each rank reads all N - 1 peers' inputs), where it
-// keeps the results of the algorithm it replaces bit for bit: all-gather copies; it reduces in
-// rank order, the direct all-reduce's order (up to 64 KiB), and at 2 ranks any order gives the
-// same sums, so it replaces the ring there too. At 3+ ranks the ring's order (which matches
-// DDP's, tests/python/test_ddp.py) stays above 64 KiB and for reduce-scatter. Direct exchange up
-// to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks), ring
-// otherwise.
+// Crossovers measured on the development machine (2 cores, one host; `zrt-tune --algorithms
+// --ranks 2,4 -b 4K -e 1M --rounds 5 --iters 200`). One-shot through the mapped arenas (one host
+// only; elsewhere, and past the arena slot, these rows are passed over) up to 256 KiB of input at
+// the rank counts measured (2 and 4 timed, 8 tested; each rank reads all N - 1 peers' inputs):
+// it reduces in the order of the algorithm it stands in for (the ring's, or the direct
+// all-reduce's where that one runs), so it keeps their results bit for bit, and all-gather
+// copies. Direct exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB
+// staging (64 ranks), ring otherwise.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
-all_reduce        2      0-256K  oneshot
-all_reduce        2-8    0-64K   oneshot
+all_reduce        2-8    0-256K  oneshot
 all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
-reduce_scatter    2      0-256K  oneshot
+reduce_scatter    2-8    0-256K  oneshot
 reduce_scatter    *      *       ring
-all_gather        2-8    0-256K  oneshot
+all_gather        2-8    0-512K  oneshot
 all_gather        *      *       ring
 )";
 

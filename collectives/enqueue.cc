@@ -292,15 +292,24 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
                   algorithm);
     return std::string_view(algorithm);
   };
-  auto add_one_shot = [&](const void* input, void* output) {
-    task->add_phase(std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec));
+  auto add_one_shot = [&](const void* input, void* output, OneShotOrder order) {
+    task->add_phase(
+        std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec, order));
     task->set_memory_path();
+  };
+  // One-shot reduces in the order of the algorithm the table would run in its place, so that
+  // choosing it never changes a result's bits (one_shot.h): the direct all-reduce's or the ring's.
+  auto replaced_order = [&] {
+    const char* replaced = choose_algorithm(forced, options.algorithm_table.get(),
+                                            TableOp::kAllReduce, size, table_bytes,
+                                            kOneShotAlgorithm);
+    return std::string_view(replaced) == "direct" ? OneShotOrder::kRank : OneShotOrder::kRing;
   };
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
       const std::string_view algorithm = choose(TableOp::kAllReduce);
       if (algorithm == kOneShotAlgorithm) {
-        add_one_shot(send, recv);
+        add_one_shot(send, recv, replaced_order());
       } else if (algorithm == "direct") {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == "rd") {
@@ -331,7 +340,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     case ZRT_COLL_REDUCE_SCATTER: {
       const std::string_view algorithm = choose(TableOp::kReduceScatter);
       if (algorithm == kOneShotAlgorithm) {
-        add_one_shot(send, recv);
+        add_one_shot(send, recv, OneShotOrder::kRing);
         break;
       }
       if (algorithm != "ring") {
@@ -353,7 +362,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     case ZRT_COLL_ALL_GATHER: {
       const std::string_view algorithm = choose(TableOp::kAllGather);
       if (algorithm == kOneShotAlgorithm) {
-        add_one_shot(send, recv);
+        add_one_shot(send, recv, OneShotOrder::kRing);
         break;
       }
       if (algorithm != "ring") {

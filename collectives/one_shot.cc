@@ -36,6 +36,10 @@ uint64_t* finished_word(char* arena) {
 char* slot(char* arena, uint64_t parity) {
   return arena + kControlBytes + parity * kSlotStride;
 }
+// Where rank `rank`'s deposit lies in its arena, through this rank's mapping of it.
+char* slot_data(const std::vector<char*>& ranks, int rank, uint64_t parity) {
+  return slot(ranks[rank], parity) + kHeaderBytes;
+}
 // The peers' words are read and written by other processes through their own mappings.
 uint64_t load_acquire(uint64_t* word) {
   return std::atomic_ref<uint64_t>(*word).load(std::memory_order_acquire);
@@ -253,30 +257,58 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
   return Status::ok();
 }
 
+void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t first,
+                                        size_t count, char* out) const {
+  if (count == 0) return;
+  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  const uint64_t parity = sequence_ & 1;
+  const int n = context.size;
+  const size_t offset = first * spec_.element_size;
+  auto input = [&](int step) {  // the input the ring adds at `step` (1: the block's first)
+    return slot_data(ranks, ring_mod(block + step, n), parity) + offset;
+  };
+  reduce_chunk(spec_, input(1), spec_.scale, input(2), spec_.scale, out, count);
+  for (int step = 3; step <= n; ++step) {
+    reduce_chunk(spec_, out, 1.0, input(step), spec_.scale, out, count);
+  }
+}
+
 void OneShotPhase::assemble(TaskContext& context) {
   const std::vector<char*>& ranks = context.resources->one_shot.ranks;
   const uint64_t parity = sequence_ & 1;
+  const int n = context.size;
   const size_t bytes = count_ * spec_.element_size;
-  auto data = [&](int rank) { return slot(ranks[rank], parity) + kHeaderBytes; };
   if (kind_ == ZRT_COLL_ALL_GATHER) {
     if (bytes == 0) return;
-    for (int rank = 0; rank < context.size; ++rank) {
+    for (int rank = 0; rank < n; ++rank) {
       char* out = output_ + static_cast<size_t>(rank) * bytes;
       if (rank != context.rank) {
-        std::memcpy(out, data(rank), bytes);
+        std::memcpy(out, slot_data(ranks, rank, parity), bytes);
       } else if (out != input_) {
         std::memcpy(out, input_, bytes);
       }
     }
     return;
   }
-  // All-reduce, or a reduce-scatter's own block of every rank's input: in rank order.
-  const size_t offset =
-      kind_ == ZRT_COLL_REDUCE_SCATTER ? static_cast<size_t>(context.rank) * bytes : 0;
-  reduce_chunk(spec_, data(0) + offset, spec_.scale, data(1) + offset, spec_.scale, output_,
-               count_);
-  for (int rank = 2; rank < context.size; ++rank) {
-    reduce_chunk(spec_, output_, 1.0, data(rank) + offset, spec_.scale, output_, count_);
+  if (kind_ == ZRT_COLL_REDUCE_SCATTER) {  // this rank's block of every rank's input
+    reduce_in_ring_order(context, context.rank, static_cast<size_t>(context.rank) * count_,
+                         count_, output_);
+    return;
+  }
+  if (order_ == OneShotOrder::kRing) {  // the ring all-reduce's blocks (enqueue.cc's layout)
+    const BlockLayout layout{count_ / static_cast<size_t>(n), count_ % static_cast<size_t>(n)};
+    for (int block = 0; block < n; ++block) {
+      const size_t first = layout.offset(block);
+      reduce_in_ring_order(context, block, first, layout.length(block),
+                           output_ + first * spec_.element_size);
+    }
+    return;
+  }
+  reduce_chunk(spec_, slot_data(ranks, 0, parity), spec_.scale, slot_data(ranks, 1, parity),
+               spec_.scale, output_, count_);
+  for (int rank = 2; rank < n; ++rank) {
+    reduce_chunk(spec_, output_, 1.0, slot_data(ranks, rank, parity), spec_.scale, output_,
+                 count_);
   }
 }
 

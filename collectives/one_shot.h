@@ -16,9 +16,13 @@
 //   3. wait: for every peer's `published[k % 2] == k + 1` (acquire loads). A peer cannot be at
 //      k + 2 in that slot yet: that needs this rank's credit for k;
 //   4. assemble, reading the peers' slots where they are: all-gather copies block p out of rank
-//      p's slot; all-reduce and reduce-scatter reduce in rank order, ((x0 + x1) + x2) + ...,
-//      as the direct all-reduce does, so results are bitwise identical on every rank and equal
-//      to the direct all-reduce's (the rings add in ring order and may differ in the last bits);
+//      p's slot; all-reduce and reduce-scatter reduce in the order of the algorithm the table
+//      would run in their place (OneShotOrder), so that choosing one-shot never changes a
+//      result's bits: the ring's order for a reduce-scatter and for an all-reduce the ring
+//      would run, block b (the ring's block layout) as ((x[b+1] + x[b+2]) + ...) + x[b]; rank
+//      order, ((x0 + x1) + x2) + ..., for an all-reduce the direct all-reduce would run.
+//      Either way every rank computes a block alike, so results are bitwise identical on
+//      every rank;
 //   5. `finished = k + 1` (release): the peers may reuse their slot k % 2 for collective k + 2.
 // Pulling from the writer's own slot, rather than pushing into every reader's, keeps the arena
 // at two slots whatever N, and the writer's work at one copy.
@@ -42,17 +46,24 @@
 
 namespace zrt {
 
+// The order a one-shot reduction adds the ranks' inputs in (step 4 above).
+enum class OneShotOrder {
+  kRing,  // the ring reduce-scatter's, per block of the ring's layout
+  kRank,  // the direct all-reduce's
+};
+
 class OneShotPhase final : public Phase {
  public:
   // all-reduce: `count` elements in and out. reduce-scatter: `count` elements out, N x count
-  // in. all-gather: `count` elements in, N x count out.
+  // in. all-gather: `count` elements in, N x count out. `order` is read by the reductions only.
   OneShotPhase(zrt_coll_kind_t kind, const void* input, void* output, size_t count,
-               const ReduceSpec& spec)
+               const ReduceSpec& spec, OneShotOrder order)
       : kind_(kind),
         input_(static_cast<const char*>(input)),
         output_(static_cast<char*>(output)),
         count_(count),
-        spec_(spec) {}
+        spec_(spec),
+        order_(order) {}
 
   // The bytes a rank deposits for a collective (what must fit kOneShotSlotBytes).
   static size_t deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size, int size);
@@ -70,12 +81,17 @@ class OneShotPhase final : public Phase {
   void deposit(TaskContext& context, CollTask& task);
   Status published(TaskContext& context, CollTask& task, bool* all);
   void assemble(TaskContext& context);
+  // Reduces elements [first, first + count) of every rank's slot data into `out` in ring order
+  // for block `block`: ((x[block+1] + x[block+2]) + ...) + x[block].
+  void reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
+                            char* out) const;
 
   zrt_coll_kind_t kind_;
   const char* input_;
   char* output_;
   size_t count_;
   ReduceSpec spec_;
+  OneShotOrder order_;
   Step step_ = Step::kHandshake;
   uint64_t sequence_ = 0;  // k: this collective's one-shot number on the stream
   size_t deposit_bytes_ = 0;

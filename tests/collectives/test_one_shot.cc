@@ -1,12 +1,15 @@
 // The one-shot collectives (collectives/one_shot.h) on real ranks of one host, forced as
 // ZRT_ALGO=oneshot does: all-reduce, reduce-scatter and all-gather at N = 2, 3, 4 and 8, f32,
 // f64, bf16 and i32, odd counts, in place and out of place, at and just past the arena slot
-// (past it the ring runs). Reductions are compared bit for bit with a serial reduction in rank
-// order through the same kernels, the order the direct all-reduce uses too; gathers byte for
-// byte. Then hundreds of calls back to back without a wait between (the slots' parity and
-// credits wrap many times, the progress thread runs them) mixed with large ring collectives on
-// the same stream, calls completing on the submitting thread, the byte counters, and a late or
-// dead peer: every survivor's error within the timeout.
+// (past it the ring runs). Reductions are compared bit for bit with a serial reduction through
+// the same kernels in the order of the algorithm one-shot stands in for: the ring's for a
+// reduce-scatter and for an all-reduce the ring would run, rank order for one the direct
+// all-reduce would run; gathers byte for byte. Then the same calls through the ring or the
+// direct all-reduce themselves, bit for bit, at N = 3 and 4 where orders differ. Then hundreds
+// of calls back to back without a wait between (the slots' parity and credits wrap many
+// times, the progress thread runs them) mixed with large ring collectives on the same stream,
+// calls completing on the submitting thread, the byte counters, and a late or dead peer: every
+// survivor's error within the timeout.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -18,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/algorithm.h"
+#include "collectives/coll_task.h"
 #include "collectives/one_shot.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
@@ -45,20 +50,71 @@ std::vector<char> inputs(zrt_dtype_t dtype, int rank, size_t count, bool integra
   return data;
 }
 
-// ((x0 + x1) + x2) + ... with every input pre-multiplied by `scale`, as one_shot.h reduces.
-std::vector<char> rank_order_sum(zrt_dtype_t dtype, int size, size_t count, size_t offset,
-                                 double scale, bool integral) {
+std::vector<std::vector<char>> all_inputs(zrt_dtype_t dtype, int size, size_t count,
+                                          bool integral) {
+  std::vector<std::vector<char>> all;
+  for (int r = 0; r < size; ++r) all.push_back(inputs(dtype, r, count, integral));
+  return all;
+}
+
+// Elements [first, first + count) of the ranks' inputs reduced in `order` (every input
+// pre-multiplied by `scale`) into out: ((x[o1] + x[o2]) + x[o3]) + ...
+void reduce_in(zrt_dtype_t dtype, const std::vector<std::vector<char>>& all,
+               const std::vector<int>& order, size_t first, size_t count, double scale,
+               char* out) {
+  if (count == 0) return;
+  const size_t at = first * dtype_size(dtype);
+  reduce_elements(dtype, ReduceOp::kSum, all[order[0]].data() + at, all[order[1]].data() + at,
+                  out, count, scale, scale);
+  for (size_t i = 2; i < order.size(); ++i) {
+    reduce_elements(dtype, ReduceOp::kSum, out, all[order[i]].data() + at, out, count, 1.0, scale);
+  }
+}
+
+std::vector<int> rank_order(int size) {
+  std::vector<int> order(size);
+  for (int r = 0; r < size; ++r) order[r] = r;
+  return order;
+}
+
+// The ring reduce-scatter's order for block b: b + 1, b + 2, ..., b (mod N).
+std::vector<int> ring_order(int size, int block) {
+  std::vector<int> order;
+  for (int step = 1; step <= size; ++step) order.push_back((block + step) % size);
+  return order;
+}
+
+// The all-reduce one-shot stands in for at this size: the direct all-reduce (rank order) or the
+// ring (ring order over the ring's blocks), as the built-in table chooses without one-shot.
+bool direct_would_run(int size, size_t bytes) {
+  return std::string_view(choose_algorithm("", nullptr, TableOp::kAllReduce, size, bytes,
+                                           kOneShotAlgorithm)) == "direct";
+}
+
+std::vector<char> expected_all_reduce(zrt_dtype_t dtype, int size, size_t count, double scale,
+                                      bool integral) {
   const size_t esize = dtype_size(dtype);
   std::vector<char> out(count * esize);
-  if (count == 0) return out;
-  std::vector<std::vector<char>> all;
-  for (int r = 0; r < size; ++r) all.push_back(inputs(dtype, r, offset + count, integral));
-  reduce_elements(dtype, ReduceOp::kSum, all[0].data() + offset * esize,
-                  all[1].data() + offset * esize, out.data(), count, scale, scale);
-  for (int r = 2; r < size; ++r) {
-    reduce_elements(dtype, ReduceOp::kSum, out.data(), all[r].data() + offset * esize, out.data(),
-                    count, 1.0, scale);
+  const auto all = all_inputs(dtype, size, count, integral);
+  if (direct_would_run(size, count * esize)) {
+    reduce_in(dtype, all, rank_order(size), 0, count, scale, out.data());
+    return out;
   }
+  const size_t n = static_cast<size_t>(size);
+  const BlockLayout layout{count / n, count % n};
+  for (int b = 0; b < size; ++b) {
+    reduce_in(dtype, all, ring_order(size, b), layout.offset(b), layout.length(b), scale,
+              out.data() + layout.offset(b) * esize);
+  }
+  return out;
+}
+
+// Rank `rank`'s block of a reduce-scatter of `count` elements a block, in the ring's order.
+std::vector<char> expected_reduce_scatter(zrt_dtype_t dtype, int size, int rank, size_t count,
+                                          double scale, bool integral) {
+  std::vector<char> out(count * dtype_size(dtype));
+  const auto all = all_inputs(dtype, size, count * static_cast<size_t>(size), integral);
+  reduce_in(dtype, all, ring_order(size, rank), rank * count, count, scale, out.data());
   return out;
 }
 
@@ -97,7 +153,7 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
     std::vector<char> out(count * esize, 0x5a);
     void* recv = in_place ? in.data() : out.data();
     ASSERT_OK(rig.run(collective_args(kind, in.data(), recv, count, dtype, op)));
-    const std::vector<char> expected = rank_order_sum(dtype, size, count, 0, scale, integral);
+    const std::vector<char> expected = expected_all_reduce(dtype, size, count, scale, integral);
     ASSERT_EQ(std::memcmp(recv, expected.data(), expected.size()), 0) << what;
     return;
   }
@@ -106,13 +162,13 @@ void check_one(Rig& rig, zrt_coll_kind_t kind, zrt_dtype_t dtype, size_t count, 
   void* recv = in_place ? in.data() + rank * count * esize : out.data();
   ASSERT_OK(rig.run(collective_args(kind, in.data(), recv, count, dtype, op)));
   const std::vector<char> expected =
-      rank_order_sum(dtype, size, count, rank * count, scale, integral);
+      expected_reduce_scatter(dtype, size, rank, count, scale, integral);
   ASSERT_EQ(std::memcmp(recv, expected.data(), expected.size()), 0) << what;
 }
 
 class OneShotRanks : public ::testing::TestWithParam<int> {};
 
-TEST_P(OneShotRanks, ExactAndInRankOrderAtEverySizeUpToTheSlotAndPast) {
+TEST_P(OneShotRanks, ExactAndInTheReplacedAlgorithmsOrderAtEverySizeUpToTheSlotAndPast) {
   expect_ranks_pass(GetParam(), [](int rank, int size) {
     Rig rig;
     rig.algorithm = AllReduceAlgorithm::kOneShot;
@@ -130,11 +186,14 @@ TEST_P(OneShotRanks, ExactAndInRankOrderAtEverySizeUpToTheSlotAndPast) {
         }
       }
     }
-    // ZRT_AVG: every input scaled by 1/N before the sum, as the direct all-reduce does.
+    // ZRT_AVG: every input scaled by 1/N before the sum, as the ring and the direct
+    // all-reduce do; an all-reduce in the ring's range too (past the direct one's).
     for (zrt_coll_kind_t kind : {ZRT_COLL_ALL_REDUCE, ZRT_COLL_REDUCE_SCATTER}) {
       check_one(rig, kind, ZRT_F32, 333, false, ZRT_AVG, false);
       if (::testing::Test::HasFatalFailure()) return;
     }
+    check_one(rig, ZRT_COLL_ALL_REDUCE, ZRT_F32, 20011, false, ZRT_AVG, false);
+    if (::testing::Test::HasFatalFailure()) return;
     // At the slot (the largest one-shot deposit) and one element past it (the ring).
     for (zrt_coll_kind_t kind : kinds) {
       const size_t per_slot =
@@ -151,6 +210,64 @@ TEST_P(OneShotRanks, ExactAndInRankOrderAtEverySizeUpToTheSlotAndPast) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, OneShotRanks, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// The same inputs through one-shot and through the algorithm it stands in for (the ring's
+// mapped windows, the tagged ring, the direct all-reduce), on communicators of the same ranks:
+// equal bit for bit, so the table's choice between them never shows in a result. Where the
+// orders differ (N >= 3): f32 and bf16, odd counts, sum and average, both all-reduce ranges.
+void same_bits_as_the_replaced_algorithm(int rank, int size) {
+  Rig one_shot, window_ring, tagged_ring, direct;
+  one_shot.algorithm = AllReduceAlgorithm::kOneShot;
+  window_ring.algorithm = tagged_ring.algorithm = AllReduceAlgorithm::kRing;
+  tagged_ring.windows = false;
+  direct.algorithm = AllReduceAlgorithm::kDirect;
+  ASSERT_OK(one_shot.init(rank, size, "one_shot_bits_oneshot"));
+  ASSERT_OK(window_ring.init(rank, size, "one_shot_bits_window"));
+  ASSERT_OK(tagged_ring.init(rank, size, "one_shot_bits_tagged"));
+  ASSERT_OK(direct.init(rank, size, "one_shot_bits_direct"));
+  const size_t n = static_cast<size_t>(size);
+  for (zrt_dtype_t dtype : {ZRT_F32, ZRT_BF16}) {
+    const size_t esize = dtype_size(dtype);
+    for (zrt_op_t op : {ZRT_SUM, ZRT_AVG}) {
+      // All-reduce in the direct one's range and in the ring's (up to the slot).
+      for (size_t count : {size_t{1001}, size_t{30011}, kOneShotSlotBytes / esize - 3}) {
+        const std::vector<char> in = inputs(dtype, rank, count, false);
+        std::vector<char> ours(in.size()), theirs(in.size());
+        Rig& replaced = direct_would_run(size, count * esize) ? direct : window_ring;
+        ASSERT_OK(one_shot.run(
+            collective_args(ZRT_COLL_ALL_REDUCE, in.data(), ours.data(), count, dtype, op)));
+        ASSERT_OK(replaced.run(
+            collective_args(ZRT_COLL_ALL_REDUCE, in.data(), theirs.data(), count, dtype, op)));
+        ASSERT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
+            << "all_reduce " << count << " x " << dtype_name(dtype) << " N=" << size;
+        if (&replaced == &window_ring) {
+          ASSERT_OK(tagged_ring.run(
+              collective_args(ZRT_COLL_ALL_REDUCE, in.data(), theirs.data(), count, dtype, op)));
+          ASSERT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
+              << "all_reduce (tagged ring) " << count << " x " << dtype_name(dtype);
+        }
+      }
+      for (size_t count : {size_t{7}, size_t{1001}, kOneShotSlotBytes / esize / n - 1}) {
+        const std::vector<char> in = inputs(dtype, rank, count * n, false);
+        std::vector<char> ours(count * esize), window(count * esize), tagged(count * esize);
+        ASSERT_OK(one_shot.run(
+            collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), ours.data(), count, dtype, op)));
+        ASSERT_OK(window_ring.run(
+            collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), window.data(), count, dtype, op)));
+        ASSERT_OK(tagged_ring.run(
+            collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), tagged.data(), count, dtype, op)));
+        ASSERT_EQ(std::memcmp(ours.data(), window.data(), ours.size()), 0)
+            << "reduce_scatter " << count << " x " << dtype_name(dtype) << " N=" << size;
+        ASSERT_EQ(std::memcmp(ours.data(), tagged.data(), ours.size()), 0)
+            << "reduce_scatter (tagged ring) " << count << " x " << dtype_name(dtype);
+      }
+    }
+  }
+}
+
+TEST(OneShot, ResultsAreBitForBitThoseOfTheAlgorithmItStandsIn) {
+  for (int size : {3, 4}) expect_ranks_pass(size, same_bits_as_the_replaced_algorithm);
+}
 
 // 300 one-shot collectives enqueued without a wait between them, every 50th followed by a
 // 4 MiB ring all-reduce, then one synchronize: the slots' parity and credits wrap 150 times on
