@@ -33,22 +33,24 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      "order"},
 };
 
-// Crossovers measured on the development machine (2 cores, one host; `zrt-tune --algorithms
-// --ranks 2,4 -b 4K -e 1M --rounds 5 --iters 200`). One-shot through the mapped arenas (one host
-// only; elsewhere, and past the arena slot, these rows are passed over) up to 256 KiB of input at
-// the rank counts measured (2 and 4 timed, 8 tested; each rank reads all N - 1 peers' inputs):
-// it reduces in the order of the algorithm it stands in for (the ring's, or the direct
-// all-reduce's where that one runs), so it keeps their results bit for bit, and all-gather
-// copies. Direct exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB
-// staging (64 ranks), ring otherwise.
+// Crossovers measured on the development machine (2 cores, one host; `zrt-tune --algorithms`,
+// then one-shot against the ring forced by ZRT_ALGO, interleaved, at 256 KiB - 4 MiB). One-shot
+// through the mapped arenas (one host only; elsewhere, and where a rank's deposit exceeds the
+// 1 MiB arena slot, these rows are passed over) at the rank counts measured (2 and 4 timed, 8
+// tested; each rank reads all N - 1 peers' inputs): all-gather copies, and reductions add in
+// the order of the algorithm one-shot stands in for (the ring's, or the direct all-reduce's
+// where that one runs), so the choice never changes a result's bits. Its reduce-scatter and
+// all-reduce beat the ring up to 1 MiB (deposit = input) and its all-gather up to the slot
+// (2 MiB at N = 2, 4 MiB at N = 4). Direct exchange up to 64 KiB while N inputs of that size fit
+// the stream's 4 MiB staging (64 ranks), ring otherwise.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
-all_reduce        2-8    0-256K  oneshot
+all_reduce        2-8    0-1M    oneshot
 all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
-reduce_scatter    2-8    0-256K  oneshot
+reduce_scatter    2-8    0-1M    oneshot
 reduce_scatter    *      *       ring
-all_gather        2-8    0-512K  oneshot
+all_gather        2-8    0-4M    oneshot
 all_gather        *      *       ring
 )";
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/one_shot.h"
 #include "lib/core/dtype.h"
 
 namespace zrt {
@@ -44,6 +45,13 @@ Status CollTask::start(TaskContext& context) {
     return start_phases(context);
   }
   if (!local_) fingerprint_.start(context);
+  if (!local_ && fingerprinted_) {
+    OrderFingerprint call = fingerprint_.mine();
+    call.rank = context.rank;
+    call.stream = context.stream_index;
+    call.sequence = context.sequence;
+    OneShotPhase::announce_call(context, call);
+  }
   if (!local_ && !prepared_) ZRT_RETURN_IF_ERROR(start_order_check(context));
   if (checking()) return Status::ok();  // the data phases wait for the fingerprints
   return start_phases(context);

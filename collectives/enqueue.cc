@@ -300,9 +300,9 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   // One-shot reduces in the order of the algorithm the table would run in its place, so that
   // choosing it never changes a result's bits (one_shot.h): the direct all-reduce's or the ring's.
   auto replaced_order = [&] {
-    const char* replaced = choose_algorithm(forced, options.algorithm_table.get(),
-                                            TableOp::kAllReduce, size, table_bytes,
-                                            kOneShotAlgorithm);
+    const char* replaced =
+        choose_algorithm(forced, options.algorithm_table.get(), TableOp::kAllReduce, size,
+                         table_bytes, kOneShotAlgorithm);
     return std::string_view(replaced) == "direct" ? OneShotOrder::kRank : OneShotOrder::kRing;
   };
   switch (args.kind) {

@@ -6,14 +6,19 @@
 
 #include <fmt/format.h>
 
+#include "collectives/order_check.h"
+
 namespace zrt {
 namespace {
 
-// The arena (one_shot.h): the control block, written only by its owner, its two words on
-// separate cache lines (`published` by the owner's deposits, `finished` after its reads), then
-// the two slots.
-constexpr size_t kControlBytes = 128;
+// The arena (one_shot.h): the control block, written only by its owner, its words on separate
+// cache lines (`published` by the owner's deposits, `finished` after its reads, the call it runs
+// by another algorithm: announce_call), then the two slots.
+constexpr size_t kControlBytes = 192;
 constexpr size_t kFinishedOffset = 64;
+constexpr size_t kCallOffset = 128;  // the collective number + 1, then its fingerprint
+constexpr size_t kCallFingerprintWords = (sizeof(OrderFingerprint) + 7) / 8;
+static_assert(sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes - kCallOffset);
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kSlotStride = kHeaderBytes + kOneShotSlotBytes;
 constexpr size_t kArenaBytes = kControlBytes + 2 * kSlotStride;
@@ -33,6 +38,12 @@ uint64_t* published_word(char* arena, uint64_t parity) {
 uint64_t* finished_word(char* arena) {
   return reinterpret_cast<uint64_t*>(arena + kFinishedOffset);
 }
+uint64_t* call_word(char* arena) {
+  return reinterpret_cast<uint64_t*>(arena + kCallOffset);
+}
+uint64_t* call_fingerprint_word(char* arena, size_t i) {
+  return reinterpret_cast<uint64_t*>(arena + kCallOffset) + 1 + i;
+}
 char* slot(char* arena, uint64_t parity) {
   return arena + kControlBytes + parity * kSlotStride;
 }
@@ -46,6 +57,12 @@ uint64_t load_acquire(uint64_t* word) {
 }
 void store_release(uint64_t* word, uint64_t value) {
   std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_release);
+}
+uint64_t load_relaxed(uint64_t* word) {
+  return std::atomic_ref<uint64_t>(*word).load(std::memory_order_relaxed);
+}
+void store_relaxed(uint64_t* word, uint64_t value) {
+  std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -234,6 +251,7 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
     if (next_peer_ == context.rank) continue;
     char* arena = own.ranks[next_peer_];
     if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
+      if (task.fingerprint_on()) ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
       task.note_waiting(next_peer_);
       return Status::ok();
     }
@@ -257,8 +275,42 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
   return Status::ok();
 }
 
-void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t first,
-                                        size_t count, char* out) const {
+void OneShotPhase::announce_call(TaskContext& context, const OrderFingerprint& call) {
+  if (context.resources == nullptr || context.resources->one_shot.own == nullptr) return;
+  char* arena = context.resources->one_shot.own;
+  uint64_t words[kCallFingerprintWords] = {};
+  std::memcpy(words, &call, sizeof(call));
+  for (size_t i = 0; i < kCallFingerprintWords; ++i) {
+    store_relaxed(call_fingerprint_word(arena, i), words[i]);
+  }
+  store_release(call_word(arena), uint64_t{call.sequence} + 1);
+}
+
+// A peer that has not published this collective may be running it by another algorithm: then it
+// announced the call, which differs from ours (the table chose by its arguments) or, if equal,
+// its algorithm settings do. Read like a sequence lock: the words count only if the collective
+// number was the same before and after them.
+Status OneShotPhase::check_announced_call(CollTask& task, int peer, char* arena) const {
+  const uint32_t sequence = task.fingerprint().sequence;
+  const uint64_t announced = load_acquire(call_word(arena));
+  if (announced != uint64_t{sequence} + 1) return Status::ok();
+  uint64_t words[kCallFingerprintWords];
+  for (size_t i = 0; i < kCallFingerprintWords; ++i) {
+    words[i] = load_relaxed(call_fingerprint_word(arena, i));
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (load_relaxed(call_word(arena)) != announced) return Status::ok();
+  ZRT_RETURN_IF_ERROR(task.check_fingerprint(words, sizeof(OrderFingerprint), peer));
+  return Status::error(ZRT_INVALID_USAGE,
+                       "one-shot: rank {} runs collective #{} of stream {} ({}) by another "
+                       "algorithm than this rank's one-shot (ZRT_ALGO or ZRT_ALGO_TABLE differ "
+                       "across ranks?)",
+                       peer, sequence, task.fingerprint().stream,
+                       describe_fingerprint(task.fingerprint()));
+}
+
+void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
+                                        char* out) const {
   if (count == 0) return;
   const std::vector<char*>& ranks = context.resources->one_shot.ranks;
   const uint64_t parity = sequence_ & 1;
@@ -291,8 +343,8 @@ void OneShotPhase::assemble(TaskContext& context) {
     return;
   }
   if (kind_ == ZRT_COLL_REDUCE_SCATTER) {  // this rank's block of every rank's input
-    reduce_in_ring_order(context, context.rank, static_cast<size_t>(context.rank) * count_,
-                         count_, output_);
+    reduce_in_ring_order(context, context.rank, static_cast<size_t>(context.rank) * count_, count_,
+                         output_);
     return;
   }
   if (order_ == OneShotOrder::kRing) {  // the ring all-reduce's blocks (enqueue.cc's layout)
@@ -307,8 +359,7 @@ void OneShotPhase::assemble(TaskContext& context) {
   reduce_chunk(spec_, slot_data(ranks, 0, parity), spec_.scale, slot_data(ranks, 1, parity),
                spec_.scale, output_, count_);
   for (int rank = 2; rank < n; ++rank) {
-    reduce_chunk(spec_, output_, 1.0, slot_data(ranks, rank, parity), spec_.scale, output_,
-                 count_);
+    reduce_chunk(spec_, output_, 1.0, slot_data(ranks, rank, parity), spec_.scale, output_, count_);
   }
 }
 

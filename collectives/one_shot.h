@@ -65,6 +65,13 @@ class OneShotPhase final : public Phase {
         spec_(spec),
         order_(order) {}
 
+  // A collective of another algorithm on a stream with a one-shot arena announces its call
+  // (kind, count, ..., collective number) in the arena's control block, so that a peer that
+  // took the one-shot path for the same collective number (arguments that differ across
+  // ranks, and with them the table's choice) fails with the mismatch naming both calls
+  // instead of waiting out the timeout. Does nothing before the stream's first one-shot.
+  static void announce_call(TaskContext& context, const OrderFingerprint& call);
+
   // The bytes a rank deposits for a collective (what must fit kOneShotSlotBytes).
   static size_t deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size, int size);
 
@@ -80,6 +87,7 @@ class OneShotPhase final : public Phase {
   bool credited(TaskContext& context, CollTask& task);
   void deposit(TaskContext& context, CollTask& task);
   Status published(TaskContext& context, CollTask& task, bool* all);
+  Status check_announced_call(CollTask& task, int peer, char* arena) const;
   void assemble(TaskContext& context);
   // Reduces elements [first, first + count) of every rank's slot data into `out` in ring order
   // for block `block`: ((x[block+1] + x[block+2]) + ...) + x[block].

@@ -283,7 +283,7 @@ typedef struct zrt_event* zrt_event_t;
  * first CUDA stream is collective, see the CUDA section). A communicator holds at most 1024
  * live streams. A host stream's staging memory is taken at its first collective (a pooled 4 MiB
  * scratch while it runs collectives, plus its own 2 MiB window inbox and, on one host, for the
- * communicator's first 4 streams, its 512 KiB one-shot arena at its first small collective), so
+ * communicator's first 4 streams, its 2 MiB one-shot arena at its first small collective), so
  * that collective may fail with ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind),
  * ZRT_INVALID_USAGE (1024 live streams already), ZRT_UNSUPPORTED (kind not built in, no usable
  * device). */

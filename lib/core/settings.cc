@@ -41,7 +41,7 @@ constexpr SettingSpec kSpecs[] = {
      .default_value = "auto",
      .doc = "collective algorithm: auto chooses by size and rank count; the others force one "
             "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host, "
-            "on a communicator's first 4 streams and up to its 256 KiB slot)",
+            "on a communicator's first 4 streams and up to its 1 MiB slot)",
      .accepts = "auto|ring|rd|direct|oneshot"},
     // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
     {.id = SettingId::kAlgoTable,

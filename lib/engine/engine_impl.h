@@ -34,11 +34,15 @@ inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
 // (EngineOptions::busy_poll_us): the small and medium messages.
 inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
 // How long the progress thread sleeps between looks at a task that waits on memory
-// (Task::waits_on_memory): 1 ms at first, then an eighth of the wait so far, at most this, so
-// that a rank waiting long for a late peer stays under 1% of a core and arrives at most 1/8 of
-// its wait late. Each look runs the transport's progress (tcp's epoll among it): about 100 us on
-// this 2-core host, so at a 20 ms bound a 1.5 s wait used 9.5-11.4 ms of CPU (0.7% of a core)
-// and 22 ms under ASan; at 50 ms it uses 4.0-4.4 ms (test_small_path's late-peer test).
+// (Task::waits_on_memory): an eighth of the wait so far, at least kMemoryWaitMinSleepUs and at
+// most kMemoryWaitMaxSleepMs, so that a rank waiting long for a late peer stays under 1% of a
+// core and arrives at most 1/8 of its wait late. Each look runs the transport's progress (tcp's
+// epoll among it): about 100 us on this 2-core host, so at a 20 ms bound a 1.5 s wait used
+// 9.5-11.4 ms of CPU (0.7% of a core) and 22 ms under ASan; at 50 ms it uses 4.0-4.4 ms
+// (test_small_path's late-peer test). The floor was 1 ms: with more ranks than cores a one-shot
+// collective whose peer was descheduled past the submitting thread's spin then paid a whole
+// millisecond (a 512 KiB reduce-scatter at 4 ranks: 80 us or 400-800 us, at random).
+inline constexpr int64_t kMemoryWaitMinSleepUs = 50;
 inline constexpr int kMemoryWaitMaxSleepMs = 50;
 inline constexpr int kMemoryWaitSleepDivisor = 8;
 // The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this.

@@ -776,6 +776,7 @@ void EngineImpl::run() {
     if (!engine_failed)
       sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, beacon_due.count()));
     const auto now = std::chrono::steady_clock::now();
+    int64_t memory_sleep_us = -1;  // none: no task waits on memory
     for (const auto& stream : active) {
       if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
         sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
@@ -783,18 +784,23 @@ void EngineImpl::run() {
       if (stream->running_ != nullptr && stream->started_ && stream->running_->waits_on_memory()) {
         // Peers' stores wake nothing: look again soon, less often the longer the wait.
         const auto waited =
-            std::chrono::duration_cast<std::chrono::milliseconds>(now - stream->last_advance_);
-        const int interval = static_cast<int>(std::clamp<int64_t>(
-            waited.count() / kMemoryWaitSleepDivisor, 1, kMemoryWaitMaxSleepMs));
-        sleep_ms = std::min(sleep_ms, interval);
+            std::chrono::duration_cast<std::chrono::microseconds>(now - stream->last_advance_);
+        const int64_t interval =
+            std::clamp<int64_t>(waited.count() / kMemoryWaitSleepDivisor, kMemoryWaitMinSleepUs,
+                                int64_t{kMemoryWaitMaxSleepMs} * 1000);
+        memory_sleep_us = memory_sleep_us < 0 ? interval : std::min(memory_sleep_us, interval);
       }
     }
     if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
     if (!transport_.arm()) continue;
+    int64_t sleep_us = int64_t{sleep_ms} * 1000;
+    if (memory_sleep_us >= 0) sleep_us = std::min(sleep_us, memory_sleep_us);
+    const timespec sleep_for{static_cast<time_t>(sleep_us / 1000000),
+                             static_cast<long>(sleep_us % 1000000) * 1000};
     pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     const bool timed_sleep = timing && collective_in_flight(active);
     if (timed_sleep) mark = std::chrono::steady_clock::now();
-    const int ready = ::poll(fds, 2, sleep_ms);
+    const int ready = ::ppoll(fds, 2, &sleep_for, nullptr);
     if (timed_sleep) clock_part(PhaseClock::Part::kSleep);
     if (ready < 0 && errno != EINTR) {
       fail_engine(Status::system_error("progress thread: poll", errno));

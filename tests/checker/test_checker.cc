@@ -21,7 +21,7 @@ RankOptions checked(const char* check = "1") {
   RankOptions options;
   options.deadline_ms = 60000;
   options.env["ZRT_CHECK"] = check;
-  // These tests read the checker's messages: one-shot collectives (on one host, up to 256 KiB)
+  // These tests read the checker's messages: one-shot collectives (on one host, up to 1 MiB)
   // compare fingerprints in their slots instead and send none, so the ring runs here.
   options.env["ZRT_ALGO"] = "ring";
   return options;

@@ -35,15 +35,15 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 2, 256 << 10), "oneshot");
   // One-shot reduces in the order of what it stands in for, so it runs at 3+ ranks too.
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 3, 8), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, (256 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, 1 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, (1 << 20) + 4), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (256 << 10) + 4), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 256 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 1 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (1 << 20) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 1 << 20), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 8, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 512 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (512 << 10) + 8), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 4 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (4 << 20) + 16), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 9, 8), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 9, 8), "ring");
   // Across hosts (oneshot unavailable) the rows behind it.

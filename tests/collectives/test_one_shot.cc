@@ -60,12 +60,11 @@ std::vector<std::vector<char>> all_inputs(zrt_dtype_t dtype, int size, size_t co
 // Elements [first, first + count) of the ranks' inputs reduced in `order` (every input
 // pre-multiplied by `scale`) into out: ((x[o1] + x[o2]) + x[o3]) + ...
 void reduce_in(zrt_dtype_t dtype, const std::vector<std::vector<char>>& all,
-               const std::vector<int>& order, size_t first, size_t count, double scale,
-               char* out) {
+               const std::vector<int>& order, size_t first, size_t count, double scale, char* out) {
   if (count == 0) return;
   const size_t at = first * dtype_size(dtype);
-  reduce_elements(dtype, ReduceOp::kSum, all[order[0]].data() + at, all[order[1]].data() + at,
-                  out, count, scale, scale);
+  reduce_elements(dtype, ReduceOp::kSum, all[order[0]].data() + at, all[order[1]].data() + at, out,
+                  count, scale, scale);
   for (size_t i = 2; i < order.size(); ++i) {
     reduce_elements(dtype, ReduceOp::kSum, out, all[order[i]].data() + at, out, count, 1.0, scale);
   }

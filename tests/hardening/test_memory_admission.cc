@@ -155,8 +155,9 @@ uint64_t registered_bytes() {
   return total;
 }
 
-// Staging is pooled: 1000 streams that each ran a collective hold a few scratch buffers, not
-// 1000 (it was ~6 MB per stream); the stream cap is an error naming it.
+// Staging is pooled: 1000 streams that each ran a collective hold a few scratch buffers and
+// the first 4 streams' one-shot arenas, not 1000 of each (it was ~6 MB per stream); the stream
+// cap is an error naming it.
 TEST(MemoryAdmission, ThousandStreamsShareTheirStaging) {
   RankOptions options;
   options.deadline_ms = 120000;
@@ -178,7 +179,9 @@ TEST(MemoryAdmission, ThousandStreamsShareTheirStaging) {
         const uint64_t held = registered_bytes() - before;
         std::fprintf(stderr, "1000 streams after one all-reduce each: %llu bytes of staging\n",
                      static_cast<unsigned long long>(held));
-        EXPECT_LE(held, uint64_t{16} << 20) << "staging is not shared across streams";
+        // The pooled scratch, plus the one-shot arenas of the first 4 streams (2 MiB each),
+        // this rank's and its peer's as mapped here: 16 MiB of the bound.
+        EXPECT_LE(held, uint64_t{32} << 20) << "staging is not shared across streams";
         // Up to the cap, then a clear refusal.
         std::vector<zrt_stream_t> more;
         zrt_status_t status = ZRT_SUCCESS;
