@@ -40,9 +40,11 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // tested; each rank reads all N - 1 peers' inputs): all-gather copies, and reductions add in
 // the order of the algorithm one-shot stands in for (the ring's, or the direct all-reduce's
 // where that one runs), so the choice never changes a result's bits. Its reduce-scatter and
-// all-reduce beat the ring up to 1 MiB (deposit = input) and its all-gather up to the slot
-// (2 MiB at N = 2, 4 MiB at N = 4). Direct exchange up to 64 KiB while N inputs of that size fit
-// the stream's 4 MiB staging (64 ranks), ring otherwise.
+// all-reduce beat the ring up to 1 MiB (deposit = input); its all-gather up to a 512 KiB block
+// (1 MiB at N = 2, 2 MiB at N = 4: 44 and 160-310 us against the ring's 80-170 and 470-650);
+// with 1 MiB blocks it lost at N = 2 (230-290 us against 100-200) and tied at N = 4. Direct
+// exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks),
+// ring otherwise.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
 all_reduce        2-8    0-1M    oneshot
@@ -50,7 +52,8 @@ all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
 reduce_scatter    2-8    0-1M    oneshot
 reduce_scatter    *      *       ring
-all_gather        2-8    0-4M    oneshot
+all_gather        2      0-1M    oneshot
+all_gather        3-8    0-2M    oneshot
 all_gather        *      *       ring
 )";
 

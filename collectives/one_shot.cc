@@ -11,14 +11,14 @@
 namespace zrt {
 namespace {
 
-// The arena (one_shot.h): the control block, written only by its owner, its words on separate
-// cache lines (`published` by the owner's deposits, `finished` after its reads, the call it runs
-// by another algorithm: announce_call), then the two slots.
-constexpr size_t kControlBytes = 192;
+// The arena (one_shot.h): the control block, written only by its owner, `published` (by the
+// owner's deposits) on a cache line of its own, `finished` (after its reads) and, behind it, the
+// call it runs by another algorithm (announce_call) on the next, then the two slots.
+constexpr size_t kControlBytes = 128;
 constexpr size_t kFinishedOffset = 64;
-constexpr size_t kCallOffset = 128;  // the collective number + 1, then its fingerprint
+constexpr size_t kCallOffset = 72;  // the collective number + 1, then its fingerprint
 constexpr size_t kCallFingerprintWords = (sizeof(OrderFingerprint) + 7) / 8;
-static_assert(sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes - kCallOffset);
+static_assert(kCallOffset + sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes);
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kSlotStride = kHeaderBytes + kOneShotSlotBytes;
 constexpr size_t kArenaBytes = kControlBytes + 2 * kSlotStride;

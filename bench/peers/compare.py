@@ -11,6 +11,12 @@ slows all three alike; the ratios are what count. Printed per op x N x size: zrt
 best MPI configuration's, out of place and in place (> 1: zrt is faster), then the 8-byte
 all-reduce latency of each.
 
+Binding is alike on both sides: mpirun binds each rank to a core by default when the ranks fit
+the cores (np <= 2) and not at all when oversubscribed, so zrt-run gets --bind under the same
+rule (--zrt-bind on|off overrides). Unbound, two ranks' threads share one core in about half of
+the runs here, and a 4 KiB call then takes ~10 us instead of ~1.3 us (mpirun --report-bindings
+shows MPI's).
+
   bench/peers/compare.py --build build            # zrt-run, zrt-bench, mpi_bench from there
   bench/peers/compare.py --build build --ranks 2 --rounds 5 -b 4K -e 4M
 """
@@ -51,10 +57,17 @@ def run(argv, env=None, timeout=900):
     return result.stdout
 
 
+def zrt_binds(args, n):
+    if args.zrt_bind == "auto":
+        return n <= (os.cpu_count() or 1)
+    return args.zrt_bind == "on"
+
+
 def command(config, args, n, sweep):
     if config == "zrt":
-        return [args.zrt_run, "-n", str(n), "--no-prefix", args.zrt_bench, "-c", "0",
-                "--no-progress"] + sweep, {}
+        bind = ["--bind"] if zrt_binds(args, n) else []
+        return [args.zrt_run, "-n", str(n), "--no-prefix"] + bind + [
+            args.zrt_bench, "-c", "0", "--no-progress"] + sweep, {}
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(n)]
     env = {}
     if config == "mpi-heap":
@@ -81,6 +94,8 @@ def main():
     parser.add_argument("-n", default="20", help="timed calls per point (20)")
     parser.add_argument("-w", default="5", help="warm-up calls per point (5)")
     parser.add_argument("--latency-iters", default="200", help="calls of the 8-byte all-reduce")
+    parser.add_argument("--zrt-bind", choices=["auto", "on", "off"], default="auto",
+                        help="zrt-run --bind: auto (when N <= cores, as mpirun binds), on, off")
     args = parser.parse_args()
     args.zrt_run = args.zrt_run or os.path.join(args.build, "tools/zrt-run/zrt-run")
     args.zrt_bench = args.zrt_bench or os.path.join(args.build, "tools/zrt-bench/zrt-bench")
@@ -115,6 +130,9 @@ def main():
     print(f"# zrt / best Open MPI configuration, busbw ratio (> 1: zrt faster); medians of "
           f"{args.rounds} interleaved rounds; MPI busbw in GB/s, best of defaults (d) and "
           f"heap-recycled (h)")
+    bound = [str(n) for n in ranks if zrt_binds(args, n)]
+    print(f"# zrt-run --bind at N = {', '.join(bound) if bound else 'none'} (mpirun binds to "
+          f"cores when the ranks fit them)")
     print("| op | N | size | zrt busbw | MPI busbw | out of place | zrt busbw in place | "
           "MPI in place | in place |")
     print("|---|---|---|---|---|---|---|---|---|")

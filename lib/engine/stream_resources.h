@@ -43,8 +43,8 @@ inline constexpr size_t kWindowKeyMaxBytes = 1024;
 
 // The one-shot arena (collectives/one_shot.h): per stream, a control block and two slots of a
 // 64-byte header and kOneShotSlotBytes of data; one-shot collectives serve only what fits (the
-// built-in table's crossovers lie at the slot: 1 MiB of reduce-scatter or all-reduce input, an
-// all-gather block of 1 MiB). Only the communicator's first kOneShotStreams streams
+// built-in table's crossovers: 1 MiB of reduce-scatter or all-reduce input, the slot; an
+// all-gather block of 512 KiB). Only the communicator's first kOneShotStreams streams
 // (by creation order, the same on every rank) have one, so that the memory the arenas hold, each
 // mapped by every peer, stays constant however many streams a framework creates (1000 streams
 // once held 4 GB of arenas).

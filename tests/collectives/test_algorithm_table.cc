@@ -42,8 +42,10 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (1 << 20) + 4), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 1 << 20), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 8, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 4 << 20), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (4 << 20) + 16), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 1 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (1 << 20) + 8), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 2 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (2 << 20) + 16), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 9, 8), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 9, 8), "ring");
   // Across hosts (oneshot unavailable) the rows behind it.
