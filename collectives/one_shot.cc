@@ -22,6 +22,8 @@ static_assert(kCallOffset + sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kC
 constexpr size_t kHeaderBytes = 64;
 constexpr size_t kSlotStride = kHeaderBytes + kOneShotSlotBytes;
 constexpr size_t kArenaBytes = kControlBytes + 2 * kSlotStride;
+// How often a wait looks at the call a peer announced (check_announced_call).
+constexpr uint32_t kLooksPerCallCheck = 64;
 // Task bits of the handshake's key messages.
 constexpr uint32_t kKeyTag = 0x7ffd;
 
@@ -76,6 +78,7 @@ size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t el
 Status OneShotPhase::start(TaskContext& context, CollTask&) {
   error_ = Status::ok();
   next_peer_ = 0;
+  unpublished_looks_ = 0;
   keys_posted_ = false;
   if (context.resources == nullptr) {
     return Status(ZRT_INTERNAL_ERROR, "one-shot: the stream's resources are missing");
@@ -251,7 +254,11 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
     if (next_peer_ == context.rank) continue;
     char* arena = own.ranks[next_peer_];
     if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
-      if (task.fingerprint_on()) ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+      // A peer's announced call is looked at on the first look and every 64th after: on every
+      // look it took 9% of an 8-byte all-reduce's time (perf), for a mismatch that is an error.
+      if (task.fingerprint_on() && unpublished_looks_++ % kLooksPerCallCheck == 0) {
+        ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+      }
       task.note_waiting(next_peer_);
       return Status::ok();
     }

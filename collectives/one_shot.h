@@ -104,7 +104,8 @@ class OneShotPhase final : public Phase {
   uint64_t sequence_ = 0;  // k: this collective's one-shot number on the stream
   size_t deposit_bytes_ = 0;
   int next_peer_ = 0;  // the wait's cursor: peers below it have published
-  Status error_;       // sticky: a progress call after a failure fails the same way
+  uint32_t unpublished_looks_ = 0;
+  Status error_;  // sticky: a progress call after a failure fails the same way
   std::vector<PostedOp> key_sends_;
   std::vector<PostedOp> key_recvs_;
   bool keys_posted_ = false;
