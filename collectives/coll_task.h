@@ -50,6 +50,12 @@ inline constexpr size_t kStreamOutputMinBytes = size_t{16} << 20;
 struct BlockLayout {
   size_t base = 0;
   size_t extra = 0;
+  // `count` elements in `blocks` blocks, the first count % blocks one longer: the ring
+  // all-reduce's layout, which the one-shot all-reduce reduces by to keep the ring's bits.
+  static BlockLayout split(size_t count, int blocks) {
+    const size_t n = static_cast<size_t>(blocks);
+    return BlockLayout{count / n, count % n};
+  }
   size_t offset(int block) const {
     const size_t b = static_cast<size_t>(block);
     return b * base + (b < extra ? b : extra);

@@ -315,7 +315,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       } else if (algorithm == "rd") {
         task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == "ring") {
-        BlockLayout layout{args.count / n, args.count % n};
+        const BlockLayout layout = BlockLayout::split(args.count, size);
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (two_level) {
           task->add_phase(std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0,

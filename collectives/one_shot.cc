@@ -354,8 +354,8 @@ void OneShotPhase::assemble(TaskContext& context) {
                          output_);
     return;
   }
-  if (order_ == OneShotOrder::kRing) {  // the ring all-reduce's blocks (enqueue.cc's layout)
-    const BlockLayout layout{count_ / static_cast<size_t>(n), count_ % static_cast<size_t>(n)};
+  if (order_ == OneShotOrder::kRing) {  // the ring all-reduce's blocks
+    const BlockLayout layout = BlockLayout::split(count_, n);
     for (int block = 0; block < n; ++block) {
       const size_t first = layout.offset(block);
       reduce_in_ring_order(context, block, first, layout.length(block),

@@ -99,8 +99,7 @@ std::vector<char> expected_all_reduce(zrt_dtype_t dtype, int size, size_t count,
     reduce_in(dtype, all, rank_order(size), 0, count, scale, out.data());
     return out;
   }
-  const size_t n = static_cast<size_t>(size);
-  const BlockLayout layout{count / n, count % n};
+  const BlockLayout layout = BlockLayout::split(count, size);
   for (int b = 0; b < size; ++b) {
     reduce_in(dtype, all, ring_order(size, b), layout.offset(b), layout.length(b), scale,
               out.data() + layout.offset(b) * esize);
@@ -248,17 +247,16 @@ void same_bits_as_the_replaced_algorithm(int rank, int size) {
       }
       for (size_t count : {size_t{7}, size_t{1001}, kOneShotSlotBytes / esize / n - 1}) {
         const std::vector<char> in = inputs(dtype, rank, count * n, false);
-        std::vector<char> ours(count * esize), window(count * esize), tagged(count * esize);
+        std::vector<char> ours(count * esize), theirs(count * esize);
         ASSERT_OK(one_shot.run(
             collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), ours.data(), count, dtype, op)));
-        ASSERT_OK(window_ring.run(
-            collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), window.data(), count, dtype, op)));
-        ASSERT_OK(tagged_ring.run(
-            collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), tagged.data(), count, dtype, op)));
-        ASSERT_EQ(std::memcmp(ours.data(), window.data(), ours.size()), 0)
-            << "reduce_scatter " << count << " x " << dtype_name(dtype) << " N=" << size;
-        ASSERT_EQ(std::memcmp(ours.data(), tagged.data(), ours.size()), 0)
-            << "reduce_scatter (tagged ring) " << count << " x " << dtype_name(dtype);
+        for (Rig* ring : {&window_ring, &tagged_ring}) {
+          ASSERT_OK(ring->run(collective_args(ZRT_COLL_REDUCE_SCATTER, in.data(), theirs.data(),
+                                              count, dtype, op)));
+          ASSERT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
+              << "reduce_scatter " << count << " x " << dtype_name(dtype) << " N=" << size
+              << (ring == &tagged_ring ? " (tagged ring)" : " (window ring)");
+        }
       }
     }
   }
