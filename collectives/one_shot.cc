@@ -11,32 +11,32 @@
 namespace zrt {
 namespace {
 
-// The arena (one_shot.h): the control block, written only by its owner, `published` (by the
-// owner's deposits) on a cache line of its own, `finished` (after its reads) and, behind it, the
-// call it runs by another algorithm (announce_call) on the next, then the two slots.
+// The arena (one_shot.h): the control block, written only by its owner, with `finished` (after
+// its reads) on a cache line of its own and the call it runs by another algorithm
+// (announce_call) on the next, then the two slots. A slot's header line holds its `published`
+// word with the deposit's call and byte count, and the data follows on the line the hardware
+// fetches with it (an aligned pair): a reader's wait and its header check cost one miss, where
+// `published` on a control line of its own cost a second, serial one per peer and call.
 constexpr size_t kControlBytes = 128;
-constexpr size_t kFinishedOffset = 64;
-constexpr size_t kCallOffset = 72;  // the collective number + 1, then its fingerprint
+constexpr size_t kFinishedOffset = 0;
+constexpr size_t kCallOffset = 64;  // the collective number + 1, then its fingerprint
 constexpr size_t kCallFingerprintWords = (sizeof(OrderFingerprint) + 7) / 8;
 static_assert(kCallOffset + sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes);
 constexpr size_t kHeaderBytes = 64;
+constexpr size_t kPublishedOffset = 0;  // in the slot: k + 1 once deposit k lies behind it
+constexpr size_t kFingerprintOffset = 8;
+constexpr size_t kBytesOffset = kFingerprintOffset + sizeof(OrderFingerprint);
+static_assert(kBytesOffset + sizeof(uint64_t) <= kHeaderBytes);
 constexpr size_t kSlotStride = kHeaderBytes + kOneShotSlotBytes;
 constexpr size_t kArenaBytes = kControlBytes + 2 * kSlotStride;
-// How often a wait looks at the call a peer announced (check_announced_call).
+// How often a wait looks at the call a peer announced (check_announced_call), and at which look
+// first: a look is a miss on the peer's control line, which on the first look lay on the path
+// of every call whose peer was a moment behind.
 constexpr uint32_t kLooksPerCallCheck = 64;
+constexpr uint32_t kFirstCallCheckLook = kLooksPerCallCheck - 1;
 // Task bits of the handshake's key messages.
 constexpr uint32_t kKeyTag = 0x7ffd;
 
-struct Header {
-  OrderFingerprint fingerprint;  // the writer's call (zeros without the default fingerprint)
-  uint64_t bytes = 0;            // what the writer deposited
-  uint64_t sequence = 0;         // its one-shot number, for messages
-};
-static_assert(sizeof(Header) <= kHeaderBytes);
-
-uint64_t* published_word(char* arena, uint64_t parity) {
-  return reinterpret_cast<uint64_t*>(arena) + parity;
-}
 uint64_t* finished_word(char* arena) {
   return reinterpret_cast<uint64_t*>(arena + kFinishedOffset);
 }
@@ -48,6 +48,9 @@ uint64_t* call_fingerprint_word(char* arena, size_t i) {
 }
 char* slot(char* arena, uint64_t parity) {
   return arena + kControlBytes + parity * kSlotStride;
+}
+uint64_t* published_word(char* arena, uint64_t parity) {
+  return reinterpret_cast<uint64_t*>(slot(arena, parity) + kPublishedOffset);
 }
 // Where rank `rank`'s deposit lies in its arena, through this rank's mapping of it.
 char* slot_data(const std::vector<char*>& ranks, int rank, uint64_t parity) {
@@ -141,7 +144,10 @@ Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready
                                                         context.stream_index, kArenaBytes)));
       arena.own = static_cast<char*>(memory);
       arena.bytes = kArenaBytes;
-      std::memset(arena.own, 0, kControlBytes);  // nothing published, nothing finished
+      std::memset(arena.own, 0, kControlBytes);  // nothing finished, no call announced
+      for (uint64_t parity = 0; parity < 2; ++parity) {
+        std::memset(slot(arena.own, parity), 0, kHeaderBytes);  // nothing published
+      }
     }
     std::vector<uint8_t> key;
     ZRT_RETURN_IF_ERROR(
@@ -230,11 +236,11 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   OneShotArena& arena = context.resources->one_shot;
   const uint64_t parity = sequence_ & 1;
   char* mine = slot(arena.own, parity);
-  Header header;
-  if (task.fingerprint_on()) header.fingerprint = task.fingerprint();
-  header.bytes = deposit_bytes_;
-  header.sequence = sequence_;
-  std::memcpy(mine, &header, sizeof(header));
+  const OrderFingerprint fingerprint =
+      task.fingerprint_on() ? task.fingerprint() : OrderFingerprint{};
+  const uint64_t bytes = deposit_bytes_;
+  std::memcpy(mine + kFingerprintOffset, &fingerprint, sizeof(fingerprint));
+  std::memcpy(mine + kBytesOffset, &bytes, sizeof(bytes));
   if (deposit_bytes_ > 0) std::memcpy(mine + kHeaderBytes, input_, deposit_bytes_);
   store_release(published_word(arena.own, parity), sequence_ + 1);
   // Every peer reads the contribution (of a reduce-scatter, its own block of it).
@@ -254,27 +260,30 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
     if (next_peer_ == context.rank) continue;
     char* arena = own.ranks[next_peer_];
     if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
-      // A peer's announced call is looked at on the first look and every 64th after: on every
-      // look it took 9% of an 8-byte all-reduce's time (perf), for a mismatch that is an error.
-      if (task.fingerprint_on() && unpublished_looks_++ % kLooksPerCallCheck == 0) {
+      // A peer's announced call is looked at every 64th look only: on every look it took 9% of
+      // an 8-byte all-reduce's time (perf), for a mismatch that is an error.
+      if (task.fingerprint_on() &&
+          unpublished_looks_++ % kLooksPerCallCheck == kFirstCallCheckLook) {
         ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
       }
       task.note_waiting(next_peer_);
       return Status::ok();
     }
     own.peer_finished[next_peer_] = std::max(own.peer_finished[next_peer_], sequence_);
-    Header header;
-    std::memcpy(&header, slot(arena, parity), sizeof(header));
+    const char* header = slot(arena, parity);
     if (task.fingerprint_on()) {
+      OrderFingerprint fingerprint;
+      std::memcpy(&fingerprint, header + kFingerprintOffset, sizeof(fingerprint));
       ZRT_RETURN_IF_ERROR(
-          task.check_fingerprint(&header.fingerprint, sizeof(OrderFingerprint), next_peer_));
+          task.check_fingerprint(&fingerprint, sizeof(OrderFingerprint), next_peer_));
     }
-    if (header.bytes != deposit_bytes_) {
+    uint64_t bytes = 0;
+    std::memcpy(&bytes, header + kBytesOffset, sizeof(bytes));
+    if (bytes != deposit_bytes_) {
       return Status::error(ZRT_REMOTE_ERROR,
                            "one-shot: rank {} deposited {} bytes for collective {} of stream {}, "
                            "expected {} (mismatched collective arguments across ranks?)",
-                           next_peer_, header.bytes, sequence_, context.stream_index,
-                           deposit_bytes_);
+                           next_peer_, bytes, sequence_, context.stream_index, deposit_bytes_);
     }
     task.advanced();
   }
