@@ -41,8 +41,10 @@ class TuneMultirank : public ::testing::Test {
 
 TEST_F(TuneMultirank, StageTwoBeatsTinyBucketsAndRerunAgrees) {
   const std::string config = dir_ + "/zrt.json", report = dir_ + "/report.json";
+  // 1 KiB buckets: a step of 4 KiB ones took 1.3-1.5x the best since small reduce-scatters run
+  // inline and one-shot (down from 2-3.6x), which this machine's noise can cross; 1 KiB: 2.9x.
   CommandResult r = run_tune(2, {"--preset", "gpt2-tiny", "--stage", "2", "--include-bucket",
-                                 "4KiB", "-o", config, "--report", report});
+                                 "1KiB", "-o", config, "--report", report});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("<- recommended"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exposed ms"), std::string::npos) << r.out;
@@ -57,9 +59,9 @@ TEST_F(TuneMultirank, StageTwoBeatsTinyBucketsAndRerunAgrees) {
   const nlohmann::json& trials = rep["trials"];
   const double best_ms = rep["recommended_step_ms"].get<double>();
   EXPECT_EQ(trials[best]["bucket_bytes"].get<size_t>(), loaded.bucket_bytes);
-  EXPECT_NE(loaded.bucket_bytes, 4096u);
+  EXPECT_NE(loaded.bucket_bytes, 1024u);
   // The tiny bucket was measured first, in the same run, on the same ranks.
-  ASSERT_EQ(trials[0]["bucket_bytes"].get<size_t>(), 4096u);
+  ASSERT_EQ(trials[0]["bucket_bytes"].get<size_t>(), 1024u);
   const double tiny_ms = trials[0]["step_ms"].get<double>();
   EXPECT_GT(tiny_ms, 1.5 * best_ms) << r.out;
   // Every step carries the compute; none can beat it.
