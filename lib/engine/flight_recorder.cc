@@ -67,7 +67,7 @@ FlightRecorder::Slot* FlightRecorder::slot_for(uint64_t ticket) const {
   return slot.id.load(std::memory_order_acquire) == ticket ? &slot : nullptr;
 }
 
-uint64_t FlightRecorder::post(const TraceCall& call) {
+uint64_t FlightRecorder::post(const TraceCall& call, int64_t at_ns) {
   if (depth_ == 0) return 0;
   const uint64_t ticket = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   Slot& slot = slots_[(ticket - 1) % depth_];
@@ -87,26 +87,26 @@ uint64_t FlightRecorder::post(const TraceCall& call) {
   slot.has_sequence.store(false, r);
   slot.sequence.store(0, r);
   slot.state.store(static_cast<uint8_t>(TraceState::kPosted), r);
-  slot.posted_ns.store(now_ns(), r);
+  slot.posted_ns.store(at_ns, r);
   slot.started_ns.store(0, r);
   slot.done_ns.store(0, r);
   slot.id.store(ticket, std::memory_order_release);
   return ticket;
 }
 
-void FlightRecorder::started(uint64_t ticket, uint32_t sequence) {
+void FlightRecorder::started(uint64_t ticket, uint32_t sequence, int64_t at_ns) {
   Slot* slot = slot_for(ticket);
   if (slot == nullptr) return;
   slot->sequence.store(sequence, std::memory_order_relaxed);
   slot->has_sequence.store(true, std::memory_order_relaxed);
-  slot->started_ns.store(now_ns(), std::memory_order_relaxed);
+  slot->started_ns.store(at_ns, std::memory_order_relaxed);
   slot->state.store(static_cast<uint8_t>(TraceState::kStarted), std::memory_order_relaxed);
 }
 
-void FlightRecorder::finished(uint64_t ticket, bool ok) {
+void FlightRecorder::finished(uint64_t ticket, bool ok, int64_t at_ns) {
   Slot* slot = slot_for(ticket);
   if (slot == nullptr) return;
-  slot->done_ns.store(now_ns(), std::memory_order_relaxed);
+  slot->done_ns.store(at_ns, std::memory_order_relaxed);
   slot->state.store(static_cast<uint8_t>(ok ? TraceState::kDone : TraceState::kFailed),
                     std::memory_order_relaxed);
 }

@@ -61,9 +61,11 @@ class FlightRecorder {
 
   size_t depth() const { return depth_; }
   // Records a posted call; returns its ticket for started()/finished() (0 when off). Any thread.
-  uint64_t post(const TraceCall& call);
-  void started(uint64_t ticket, uint32_t sequence);
-  void finished(uint64_t ticket, bool ok);
+  // `at_ns` (now_ns()'s clock) lets a caller that has just read the clock pass it: the inline
+  // path records a call's post, start and end with two clock reads instead of five.
+  uint64_t post(const TraceCall& call, int64_t at_ns = now_ns());
+  void started(uint64_t ticket, uint32_t sequence, int64_t at_ns = now_ns());
+  void finished(uint64_t ticket, bool ok, int64_t at_ns = now_ns());
   // Records ever posted (the ring holds the last depth() of them).
   uint64_t recorded() const { return next_.load(std::memory_order_relaxed); }
 

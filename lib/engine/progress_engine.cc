@@ -242,6 +242,7 @@ Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_
     }
     // Bounded sleeps: progress is guaranteed by the tasks' own no-progress timeouts; the bound
     // only keeps a lost notification from stalling a waiter for long.
+    stream->wake_at_ = std::min(stream->wake_at_, ticket);
     done_cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
 }
@@ -367,15 +368,17 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   stream.running_.reset();
   stream.started_ = false;
   bool idle = false;
+  bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stream.completed_;
     idle = stream.queue_.empty() && stream.next_ == nullptr;
+    notify = stream.take_waiters_locked();
   }
   // Every operation of the finished task has completed, so its scratch holds nothing: an idle
   // stream gives it back, and 1000 mostly idle streams share a few.
   if (idle) return_scratch(stream);
-  done_cv_.notify_all();
+  if (notify) done_cv_.notify_all();
 }
 
 Status EngineImpl::acquire_staging(StreamImpl& stream) {
@@ -485,6 +488,18 @@ bool EngineImpl::collective_in_flight(const std::vector<std::shared_ptr<StreamIm
   return false;
 }
 
+bool EngineImpl::memory_tasks_only(const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+  bool any = false;
+  for (const auto& stream : streams) {
+    if (stream->inline_busy_ || stream->running_ == nullptr) continue;
+    if (stream->next_ != nullptr || !stream->running_->runs_inline(stream->resources_)) {
+      return false;
+    }
+    any = true;
+  }
+  return any;
+}
+
 bool EngineImpl::small_collective_in_flight(
     const std::vector<std::shared_ptr<StreamImpl>>& streams) {
   for (const auto& stream : streams) {
@@ -562,16 +577,27 @@ void EngineImpl::run() {
   auto last_yield = std::chrono::steady_clock::now();
   const auto busy_poll = std::chrono::microseconds(options_.busy_poll_us);
   bool polling = false;  // in the bounded poll, since poll_since
+  // The in-flight poll's bound adapts: a spell in which the thread gave up polling and slept,
+  // only for the peer to come soon after, doubles it (up to kAdaptivePollMax); a spell that
+  // outlasts twice that (a peer late by its own work) sets it back to busy_poll_us. Peers of
+  // back-to-back small collectives otherwise fall into a cascade: one sleeps (50 us and the
+  // timer's slack), the other's poll ends before it returns and it sleeps too, and so on each
+  // time: 8-byte all-reduces queued on a stream took 9-14 us each, 0.6 us with the longer poll.
+  auto poll_bound = busy_poll;
+  bool slept_in_spell = false;
   std::chrono::steady_clock::time_point poll_since;
   std::vector<std::shared_ptr<StreamImpl>> active;
   std::vector<std::shared_ptr<StreamImpl>> retired;
   uint64_t seen_version = std::numeric_limits<uint64_t>::max();
   bool transport_failed = false;
+  bool transport_due = false;  // drive the transport on the next turn whatever runs
+  auto last_transport_progress = std::chrono::steady_clock::time_point{};
   for (;;) {
     bool advanced = false;
     bool cancel = false;
     bool exit_now = false;
     bool engine_failed = false;
+    bool memory_only = false;  // every running task moves its data through mapped memory
     Status cancel_reason;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -617,6 +643,7 @@ void EngineImpl::run() {
         }
       }
       if (stopping_ && (!busy || failed_) && !cancel) exit_now = true;
+      memory_only = memory_tasks_only(active);
     }
     if (cancel) {
       transport_.cancel_all(cancel_reason);
@@ -648,9 +675,21 @@ void EngineImpl::run() {
       mark = now;
     };
 
-    // Always drive the transport, even with nothing running: arm() refuses to sleep while it has
-    // events pending, and only progress() drains them.
-    if (transport_.progress() > 0) advanced = true;
+    // Drive the transport, even with nothing running: arm() refuses to sleep while it has events
+    // pending, and only progress() drains them. While every running task moves its data through
+    // mapped memory (a one-shot collective, back to back), the transport has nothing of theirs,
+    // so it is driven every kMemoryPathTransportInterval only (its beacons and verdicts work in
+    // milliseconds): each progress call is an epoll_wait, 40% of a queued 8-byte all-reduce's
+    // samples (perf).
+    {
+      const auto now = std::chrono::steady_clock::now();
+      if (transport_due || !memory_only ||
+          now - last_transport_progress >= kMemoryPathTransportInterval) {
+        transport_due = false;
+        last_transport_progress = now;
+        if (transport_.progress() > 0) advanced = true;
+      }
+    }
     clock_part(PhaseClock::Part::kTransport);
 
     for (const auto& stream : active) {
@@ -737,7 +776,14 @@ void EngineImpl::run() {
     // A failed engine has cancelled its transport's operations and sends no more beacons.
     if (!engine_failed) beacon_due = beacons_.tick(transport_, std::chrono::steady_clock::now());
     if (advanced) {
+      if (polling && slept_in_spell) {
+        const auto spell = std::chrono::steady_clock::now() - poll_since;
+        poll_bound = spell < 2 * kAdaptivePollMax
+                         ? std::min<std::chrono::microseconds>(2 * poll_bound, kAdaptivePollMax)
+                         : busy_poll;
+      }
       polling = false;
+      slept_in_spell = false;
       const auto now = std::chrono::steady_clock::now();
       if (now - last_yield >= kYieldInterval) {
         sched_yield();
@@ -760,7 +806,7 @@ void EngineImpl::run() {
       }
       // One poll per quiet spell: after a sleep that brought nothing (a task waiting on memory
       // wakes by timer) the thread sleeps again at once.
-      if ((in_flight && now - poll_since < busy_poll) || now - last_collective_end_ < busy_poll) {
+      if ((in_flight && now - poll_since < poll_bound) || now - last_collective_end_ < busy_poll) {
         sched_yield();
         if (in_flight) {
           clock_part(PhaseClock::Part::kPoll);
@@ -771,6 +817,7 @@ void EngineImpl::run() {
       }
     }
     if (!small_collective_in_flight(active)) polling = false;
+    if (polling) slept_in_spell = true;  // the sleep below ends this spell's poll
 
     int sleep_ms = 100;  // idle turns also let the transport run its keepalive
     if (!engine_failed)
@@ -792,7 +839,10 @@ void EngineImpl::run() {
       }
     }
     if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
-    if (!transport_.arm()) continue;
+    if (!transport_.arm()) {
+      transport_due = true;  // events are pending: the next turn drains them
+      continue;
+    }
     int64_t sleep_us = int64_t{sleep_ms} * 1000;
     if (memory_sleep_us >= 0) sleep_us = std::min(sleep_us, memory_sleep_us);
     const timespec sleep_for{static_cast<time_t>(sleep_us / 1000000),
