@@ -176,7 +176,8 @@ TEST_P(OneShotRanks, ExactAndInTheReplacedAlgorithmsOrderAtEverySizeUpToTheSlotA
                                      ZRT_COLL_ALL_GATHER};
     for (zrt_dtype_t dtype : {ZRT_F32, ZRT_F64, ZRT_BF16, ZRT_I32}) {
       for (zrt_coll_kind_t kind : kinds) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1001}}) {
+        // 4 and 5: the largest deposit in the slot's header line (8 bytes of bf16) and past it.
+        for (size_t count : {size_t{0}, size_t{1}, size_t{4}, size_t{5}, size_t{7}, size_t{1001}}) {
           for (bool in_place : {false, true}) {
             check_one(rig, kind, dtype, count, in_place, ZRT_SUM, false);
             if (::testing::Test::HasFatalFailure()) return;
