@@ -28,6 +28,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      "arenas, reduced in rank order"},
     {TableOp::kAllGather, "oneshot",
      "one host: every rank copies every peer's block out of the peers' mapped arenas"},
+    {TableOp::kAllGather, "cma",
+     "one host, where ranks may read each other's memory: every rank copies every peer's block "
+     "straight out of the peer's input (process_vm_readv), one copy instead of two"},
     {TableOp::kAllReduce, "oneshot",
      "one host: every rank reduces every peer's input out of the peers' mapped arenas, in rank "
      "order"},
@@ -44,7 +47,14 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // (1 MiB at N = 2, 2 MiB at N = 4: 44 and 160-310 us against the ring's 80-170 and 470-650);
 // with 1 MiB blocks it lost at N = 2 (230-290 us against 100-200) and tied at N = 4. Direct
 // exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks),
-// ring otherwise.
+// ring otherwise. The cma all-gather (one host, where the ranks may read each other's memory;
+// elsewhere its rows are passed over and the next match runs), against one-shot and the ring at
+// N = 2, bound, 2 interleaved rounds, us out of place / in place: 16 KiB 1.65/1.56 against
+// one-shot's 1.99/1.90 (8 KiB: 1.51/1.42 against 1.31/1.22); 1 MiB 36/19 against 75/48; 4 MiB
+// 265-307/183-188 against the ring's 387-389/306-313; 32 MiB 2890-2940/1690-1700 against
+// 3340-3360/2570-2640; at 64 MiB out of place the ring won (7870 against 9680). At N = 4 on 2
+// cores cma's wait for its readers costs more than the copy it saves up to a 1 MiB block: at
+// 4 MiB one-shot took 800/760, cma 1250/850 and the ring 1460/1260.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
 all_reduce        2-8    0-1M    oneshot
@@ -52,8 +62,11 @@ all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
 reduce_scatter    2-8    0-1M    oneshot
 reduce_scatter    *      *       ring
+all_gather        2      0-8K    oneshot
+all_gather        2      0-32M   cma
 all_gather        2      0-1M    oneshot
-all_gather        3-8    0-2M    oneshot
+all_gather        3-8    0-4M    oneshot
+all_gather        3-8    0-16M   cma
 all_gather        *      *       ring
 )";
 
@@ -259,9 +272,11 @@ const AlgorithmTable& AlgorithmTable::builtin() {
 }
 
 const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes,
-                                 std::string_view unavailable) const {
+                                 Unavailable unavailable) const {
   for (const AlgorithmRow& row : rows_) {
-    if (row.matches(op, ranks, bytes) && row.algorithm != unavailable) return row.algorithm.c_str();
+    if (row.matches(op, ranks, bytes) && !unavailable.has(row.algorithm)) {
+      return row.algorithm.c_str();
+    }
   }
   return nullptr;
 }
@@ -278,9 +293,9 @@ std::string AlgorithmTable::format() const {
 }
 
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes, std::string_view unavailable) {
+                             int ranks, uint64_t bytes, Unavailable unavailable) {
   for (const AlgorithmInfo& info : kAlgorithms) {
-    if (info.op == op && forced == info.name && forced != unavailable) return info.name;
+    if (info.op == op && forced == info.name && !unavailable.has(forced)) return info.name;
   }
   if (table != nullptr) {
     if (const char* name = table->find(op, ranks, bytes, unavailable)) return name;
@@ -306,6 +321,8 @@ const char* algorithm_name(AllReduceAlgorithm algorithm) {
       return "rd";
     case AllReduceAlgorithm::kOneShot:
       return "oneshot";
+    case AllReduceAlgorithm::kCma:
+      return "cma";
   }
   return "?";
 }

@@ -64,6 +64,21 @@ struct AlgorithmRow {
   }
 };
 
+// Up to two algorithms a call cannot run (one-shot across hosts or beyond its slot, cma where
+// the communicator's probe failed): rows naming one are passed over, and forcing one falls back
+// to the table.
+class Unavailable {
+ public:
+  Unavailable(const char* first = "", const char* second = "") : first_(first), second_(second) {}
+  bool has(std::string_view name) const {
+    return !name.empty() && (name == first_ || name == second_);
+  }
+
+ private:
+  std::string_view first_;
+  std::string_view second_;
+};
+
 class AlgorithmTable {
  public:
   // Parses `text`; an error is ZRT_INVALID_ARGUMENT "<source>: line L: <what is wrong>".
@@ -74,7 +89,7 @@ class AlgorithmTable {
   static const AlgorithmTable& builtin();
 
   // The first matching row's algorithm that is not `unavailable`, or nullptr when none matches.
-  const char* find(TableOp op, int ranks, uint64_t bytes, std::string_view unavailable = {}) const;
+  const char* find(TableOp op, int ranks, uint64_t bytes, Unavailable unavailable = {}) const;
   const std::vector<AlgorithmRow>& rows() const { return rows_; }
   void add(AlgorithmRow row) { rows_.push_back(std::move(row)); }
 
@@ -88,15 +103,16 @@ class AlgorithmTable {
 // The algorithm a collective runs: `forced` (ZRT_ALGO's name; "" or "auto" for none) when the op
 // has it, else the first match in `table` (nullptr: none), else in the built-in table, else the
 // op's fallback. `bytes` as the table measures it (see above).
-// `unavailable` names an algorithm this call cannot run (the one-shot one across hosts or
-// beyond its slot): rows naming it are passed over, and forcing it falls back to the table.
+// Algorithms in `unavailable` are passed over, in rows and when forced.
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes, std::string_view unavailable = {});
+                             int ranks, uint64_t bytes, Unavailable unavailable = {});
 
-// The one-shot algorithm's name (collectives/one_shot.h), for all three ops.
-inline constexpr std::string_view kOneShotAlgorithm = "oneshot";
+// The one-shot algorithm's name (collectives/one_shot.h), for all three ops, and the
+// all-gather's single-copy variant of it (one_shot.h, "cma").
+inline constexpr const char* kOneShotAlgorithm = "oneshot";
+inline constexpr const char* kCmaAlgorithm = "cma";
 
-// "auto", "ring", "direct", "rd" (recursive doubling) or "oneshot", as ZRT_ALGO names them.
+// "auto", "ring", "direct", "rd" (recursive doubling), "oneshot" or "cma", as ZRT_ALGO names them.
 const char* algorithm_name(AllReduceAlgorithm algorithm);
 
 }  // namespace zrt

@@ -282,19 +282,23 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
   // One-shot collectives need every rank's arena mapped (one host), a stream that has an arena
   // and the deposit to fit a slot.
+  const bool arena = windows && !two_level && stream.index() < kOneShotStreams;
   const bool one_shot =
-      windows && !two_level && stream.index() < kOneShotStreams &&
-      OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
+      arena && OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
+  // The cma all-gather needs the arena's headers and the probe's verdict (peer_pids), no slot.
+  const bool cma = arena && options.peer_pids.size() == n;
+  const Unavailable unavailable(one_shot ? "" : kOneShotAlgorithm, cma ? "" : kCmaAlgorithm);
   auto choose = [&](TableOp op) {
-    const char* algorithm = choose_algorithm(forced, options.algorithm_table.get(), op, size,
-                                             table_bytes, one_shot ? "" : kOneShotAlgorithm);
+    const char* algorithm =
+        choose_algorithm(forced, options.algorithm_table.get(), op, size, table_bytes, unavailable);
     ZRT_LOG_DEBUG("{} of {} bytes on {} ranks: {} algorithm", table_op_name(op), table_bytes, size,
                   algorithm);
     return std::string_view(algorithm);
   };
-  auto add_one_shot = [&](const void* input, void* output, OneShotOrder order) {
-    task->add_phase(
-        std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec, order));
+  auto add_one_shot = [&](const void* input, void* output, OneShotOrder order,
+                          const std::vector<int>* peer_pids = nullptr) {
+    task->add_phase(std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec,
+                                                   order, peer_pids));
     task->set_memory_path();
   };
   // One-shot reduces in the order of the algorithm the table would run in its place, so that
@@ -361,8 +365,9 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     }
     case ZRT_COLL_ALL_GATHER: {
       const std::string_view algorithm = choose(TableOp::kAllGather);
-      if (algorithm == kOneShotAlgorithm) {
-        add_one_shot(send, recv, OneShotOrder::kRing);
+      if (algorithm == kOneShotAlgorithm || algorithm == kCmaAlgorithm) {
+        add_one_shot(send, recv, OneShotOrder::kRing,
+                     algorithm == kCmaAlgorithm ? &options.peer_pids : nullptr);
         break;
       }
       if (algorithm != "ring") {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "collectives/order_check.h"
+#include "collectives/peer_memory.h"
 
 namespace zrt {
 namespace {
@@ -31,6 +32,10 @@ constexpr size_t kFingerprintOffset = 8;
 constexpr size_t kBytesOffset = kFingerprintOffset + sizeof(OrderFingerprint);
 constexpr size_t kInlineOffset = kBytesOffset + sizeof(uint64_t);
 constexpr size_t kInlineBytes = kHeaderBytes - kInlineOffset;
+// A cma deposit (one_shot.h) marks its byte count, so that a peer in the other mode fails on the
+// header check, and puts its input's address where an inline deposit would lie.
+constexpr uint64_t kPeerReadMark = uint64_t{1} << 63;
+constexpr size_t kSourceOffset = kInlineOffset;
 static_assert(kInlineOffset % 8 == 0 && kInlineBytes >= 8);
 constexpr size_t kLinePair = 128;
 constexpr size_t kSlotStride =
@@ -90,6 +95,10 @@ size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t el
   return kind == ZRT_COLL_REDUCE_SCATTER ? bytes * static_cast<size_t>(size) : bytes;
 }
 
+uint64_t OneShotPhase::expected_bytes_word() const {
+  return peer_pids_ != nullptr ? deposit_bytes_ | kPeerReadMark : deposit_bytes_;
+}
+
 Status OneShotPhase::start(TaskContext& context, CollTask&) {
   error_ = Status::ok();
   next_peer_ = 0;
@@ -99,7 +108,11 @@ Status OneShotPhase::start(TaskContext& context, CollTask&) {
     return Status(ZRT_INTERNAL_ERROR, "one-shot: the stream's resources are missing");
   }
   deposit_bytes_ = deposit_bytes(kind_, count_, spec_.element_size, context.size);
-  if (deposit_bytes_ > kOneShotSlotBytes) {
+  if (peer_pids_ != nullptr &&
+      (kind_ != ZRT_COLL_ALL_GATHER || peer_pids_->size() != static_cast<size_t>(context.size))) {
+    return Status(ZRT_INTERNAL_ERROR, "one-shot: cma is an all-gather with every rank's pid");
+  }
+  if (peer_pids_ == nullptr && deposit_bytes_ > kOneShotSlotBytes) {
     return Status::error(ZRT_INTERNAL_ERROR, "one-shot: {} bytes exceed the arena slot's {}",
                          deposit_bytes_, kOneShotSlotBytes);
   }
@@ -132,10 +145,15 @@ Status OneShotPhase::move(TaskContext& context, CollTask& task, bool* done) {
     bool all = false;
     ZRT_RETURN_IF_ERROR(published(context, task, &all));
     if (!all) return Status::ok();
-    assemble(context);
+    ZRT_RETURN_IF_ERROR(assemble(context));
     store_release(finished_word(context.resources->one_shot.own), sequence_ + 1);
     task.add_received(static_cast<uint64_t>(context.size - 1) * count_ * spec_.element_size);
     task.advanced();
+    next_peer_ = 0;
+    step_ = peer_pids_ != nullptr ? Step::kDrain : Step::kDone;
+  }
+  if (step_ == Step::kDrain) {
+    if (!drained(context, task)) return Status::ok();
     step_ = Step::kDone;
   }
   *done = true;
@@ -250,10 +268,15 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   char* mine = slot(arena.own, parity);
   const OrderFingerprint fingerprint =
       task.fingerprint_on() ? task.fingerprint() : OrderFingerprint{};
-  const uint64_t bytes = deposit_bytes_;
+  const uint64_t bytes = expected_bytes_word();
   std::memcpy(mine + kFingerprintOffset, &fingerprint, sizeof(fingerprint));
   std::memcpy(mine + kBytesOffset, &bytes, sizeof(bytes));
-  if (deposit_bytes_ > 0) std::memcpy(mine + data_offset(deposit_bytes_), input_, deposit_bytes_);
+  if (peer_pids_ != nullptr) {
+    const uint64_t source = reinterpret_cast<uintptr_t>(input_);
+    std::memcpy(mine + kSourceOffset, &source, sizeof(source));
+  } else if (deposit_bytes_ > 0) {
+    std::memcpy(mine + data_offset(deposit_bytes_), input_, deposit_bytes_);
+  }
   store_release(published_word(arena.own, parity), sequence_ + 1);
   // Every peer reads the contribution (of a reduce-scatter, its own block of it).
   const uint64_t per_peer =
@@ -291,11 +314,13 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
     }
     uint64_t bytes = 0;
     std::memcpy(&bytes, header + kBytesOffset, sizeof(bytes));
-    if (bytes != deposit_bytes_) {
-      return Status::error(ZRT_REMOTE_ERROR,
-                           "one-shot: rank {} deposited {} bytes for collective {} of stream {}, "
-                           "expected {} (mismatched collective arguments across ranks?)",
-                           next_peer_, bytes, sequence_, context.stream_index, deposit_bytes_);
+    if (bytes != expected_bytes_word()) {
+      return Status::error(
+          ZRT_REMOTE_ERROR,
+          "one-shot: rank {} deposited {} bytes{} for collective {} of stream {}, "
+          "expected {}{} (mismatched collective arguments across ranks?)",
+          next_peer_, bytes & ~kPeerReadMark, (bytes & kPeerReadMark) != 0 ? " by cma" : "",
+          sequence_, context.stream_index, deposit_bytes_, peer_pids_ != nullptr ? " by cma" : "");
     }
     task.advanced();
   }
@@ -353,13 +378,46 @@ void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t 
   }
 }
 
-void OneShotPhase::assemble(TaskContext& context) {
+Status OneShotPhase::read_peers(TaskContext& context) {
+  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
+  const uint64_t parity = sequence_ & 1;
+  const size_t bytes = count_ * spec_.element_size;
+  // From the next rank on, so that N - 1 readers of one input do not all start on it at once.
+  for (int step = 1; step < context.size; ++step) {
+    const int peer = ring_mod(context.rank + step, context.size);
+    uint64_t source = 0;
+    std::memcpy(&source, slot(ranks[peer], parity) + kSourceOffset, sizeof(source));
+    ZRT_RETURN_IF_ERROR(read_peer_memory((*peer_pids_)[peer], source,
+                                         output_ + static_cast<size_t>(peer) * bytes, bytes, peer)
+                            .with_context(fmt::format("cma all-gather, collective {} of stream {}",
+                                                      sequence_, context.stream_index)));
+  }
+  char* own = output_ + static_cast<size_t>(context.rank) * bytes;
+  if (own != input_) std::memcpy(own, input_, bytes);
+  return Status::ok();
+}
+
+bool OneShotPhase::drained(TaskContext& context, CollTask& task) {
+  OneShotArena& arena = context.resources->one_shot;
+  for (; next_peer_ < context.size; ++next_peer_) {
+    if (next_peer_ == context.rank || arena.peer_finished[next_peer_] > sequence_) continue;
+    arena.peer_finished[next_peer_] = load_acquire(finished_word(arena.ranks[next_peer_]));
+    if (arena.peer_finished[next_peer_] <= sequence_) {
+      task.note_waiting(next_peer_);
+      return false;
+    }
+  }
+  return true;
+}
+
+Status OneShotPhase::assemble(TaskContext& context) {
   const std::vector<char*>& ranks = context.resources->one_shot.ranks;
   const uint64_t parity = sequence_ & 1;
   const int n = context.size;
   const size_t bytes = count_ * spec_.element_size;
   if (kind_ == ZRT_COLL_ALL_GATHER) {
-    if (bytes == 0) return;
+    if (bytes == 0) return Status::ok();
+    if (peer_pids_ != nullptr) return read_peers(context);
     for (int rank = 0; rank < n; ++rank) {
       char* out = output_ + static_cast<size_t>(rank) * bytes;
       if (rank != context.rank) {
@@ -368,12 +426,12 @@ void OneShotPhase::assemble(TaskContext& context) {
         std::memcpy(out, input_, bytes);
       }
     }
-    return;
+    return Status::ok();
   }
   if (kind_ == ZRT_COLL_REDUCE_SCATTER) {  // this rank's block of every rank's input
     reduce_in_ring_order(context, context.rank, static_cast<size_t>(context.rank) * count_, count_,
                          output_);
-    return;
+    return Status::ok();
   }
   if (order_ == OneShotOrder::kRing) {  // the ring all-reduce's blocks
     const BlockLayout layout = BlockLayout::split(count_, n);
@@ -382,7 +440,7 @@ void OneShotPhase::assemble(TaskContext& context) {
       reduce_in_ring_order(context, block, first, layout.length(block),
                            output_ + first * spec_.element_size);
     }
-    return;
+    return Status::ok();
   }
   reduce_chunk(spec_, slot_data(ranks, 0, parity, deposit_bytes_), spec_.scale,
                slot_data(ranks, 1, parity, deposit_bytes_), spec_.scale, output_, count_);
@@ -390,6 +448,7 @@ void OneShotPhase::assemble(TaskContext& context) {
     reduce_chunk(spec_, output_, 1.0, slot_data(ranks, rank, parity, deposit_bytes_), spec_.scale,
                  output_, count_);
   }
+  return Status::ok();
 }
 
 }  // namespace zrt

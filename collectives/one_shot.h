@@ -27,6 +27,13 @@
 // Pulling from the writer's own slot, rather than pushing into every reader's, keeps the arena
 // at two slots whatever N, and the writer's work at one copy.
 //
+// The `cma` all-gather (EngineOptions::peer_pids: every pair of ranks can read each other's
+// memory) deposits no data: the header's last word holds the address of the rank's input, and
+// step 4 copies each peer's block straight out of the peer's process into the output with
+// process_vm_readv (collectives/peer_memory.h): one copy of each block where the slot takes
+// two, and no slot bound on the size. Since the input is the caller's, a rank then waits
+// (step 6) until every peer has finished, that is read it, before its collective completes.
+//
 // The phase never blocks: each progress call moves what it can. It runs on the progress thread,
 // or, when its stream is idle, on the calling thread (Task::runs_inline, lib/engine/
 // inline_run.cc): it touches neither the transport nor the stream's scratch once the handshake
@@ -56,14 +63,18 @@ class OneShotPhase final : public Phase {
  public:
   // all-reduce: `count` elements in and out. reduce-scatter: `count` elements out, N x count
   // in. all-gather: `count` elements in, N x count out. `order` is read by the reductions only.
+  // `peer_pids` (all-gather only; null otherwise): every rank's pid, for the cma mode above.
+  // The caller keeps it alive (EngineOptions::peer_pids).
   OneShotPhase(zrt_coll_kind_t kind, const void* input, void* output, size_t count,
-               const ReduceSpec& spec, OneShotOrder order)
+               const ReduceSpec& spec, OneShotOrder order,
+               const std::vector<int>* peer_pids = nullptr)
       : kind_(kind),
         input_(static_cast<const char*>(input)),
         output_(static_cast<char*>(output)),
         count_(count),
         spec_(spec),
-        order_(order) {}
+        order_(order),
+        peer_pids_(peer_pids) {}
 
   // A collective of another algorithm on a stream with a one-shot arena announces its call
   // (kind, count, ..., collective number) in the arena's control block, so that a peer that
@@ -80,7 +91,7 @@ class OneShotPhase final : public Phase {
   bool carries_fingerprint() const override { return true; }
 
  private:
-  enum class Step { kHandshake, kCredit, kWait, kDone };
+  enum class Step { kHandshake, kCredit, kWait, kDrain, kDone };
 
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
   Status move(TaskContext& context, CollTask& task, bool* done);
@@ -88,7 +99,13 @@ class OneShotPhase final : public Phase {
   void deposit(TaskContext& context, CollTask& task);
   Status published(TaskContext& context, CollTask& task, bool* all);
   Status check_announced_call(CollTask& task, int peer, char* arena) const;
-  void assemble(TaskContext& context);
+  Status assemble(TaskContext& context);
+  // cma: copies every peer's block out of its process into the output.
+  Status read_peers(TaskContext& context);
+  // cma: whether every peer has finished this collective, that is read this rank's input.
+  bool drained(TaskContext& context, CollTask& task);
+  // The header's byte-count word: deposit_bytes_, marked in cma mode.
+  uint64_t expected_bytes_word() const;
   // Reduces elements [first, first + count) of every rank's slot data into `out` in ring order
   // for block `block`: ((x[block+1] + x[block+2]) + ...) + x[block].
   void reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
@@ -100,6 +117,7 @@ class OneShotPhase final : public Phase {
   size_t count_;
   ReduceSpec spec_;
   OneShotOrder order_;
+  const std::vector<int>* peer_pids_;
   Step step_ = Step::kHandshake;
   uint64_t sequence_ = 0;  // k: this collective's one-shot number on the stream
   size_t deposit_bytes_ = 0;

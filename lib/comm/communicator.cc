@@ -8,6 +8,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/internal.h"
+#include "collectives/peer_memory.h"
 #include "collectives/two_level_grid.h"
 #include "lib/core/log.h"
 #include "transports/ucx/ucx_transport.h"
@@ -104,6 +105,7 @@ Status Communicator::start_engine() {
   engine_options.peer_windows =
       options_.windows && size_ > 1 && (local_size_ == size_ || engine_options.two_level_hosts > 1);
   engine_options.host_names = host_names_;
+  if (engine_options.peer_windows && local_size_ == size_) engine_options.peer_pids = peer_pids_;
   ZRT_RETURN_IF_ERROR(create_progress_engine(*transport_, engine_options, &engine_));
   return engine_->create_stream(ZRT_MEM_HOST, &default_stream_);
 }
@@ -130,6 +132,13 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
       comm->host_ids_.push_back(record.hash);
       comm->host_names_.emplace_back(record.name, strnlen(record.name, sizeof(record.name)));
     }
+  }
+  if (comm->local_size_ == comm->size_ && comm->size_ > 1 && comm->options_.windows) {
+    const PeerGather gather = [&bootstrap](const void* input, void* output, size_t bytes) {
+      return bootstrap.allgather(input, output, bytes);
+    };
+    ZRT_RETURN_IF_ERROR(
+        probe_peer_memory(comm->rank_, comm->size_, gather, options.name, &comm->peer_pids_));
   }
   ZRT_RETURN_IF_ERROR(
       create_ucx_transport(bootstrap, transport_options(comm->options_), &comm->transport_));
@@ -203,6 +212,9 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     if (records[members[i]].host != mine.host) continue;
     if (static_cast<int>(i) == child->rank_) child->local_rank_ = child->local_size_;
     ++child->local_size_;
+  }
+  if (child->local_size_ == child->size_ && peer_pids_.size() == static_cast<size_t>(size_)) {
+    for (int old : members) child->peer_pids_.push_back(peer_pids_[old]);  // every pair passed
   }
   if (child->local_size_ < child->size_) {
     for (int old : members) {

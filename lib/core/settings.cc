@@ -41,8 +41,9 @@ constexpr SettingSpec kSpecs[] = {
      .default_value = "auto",
      .doc = "collective algorithm: auto chooses by size and rank count; the others force one "
             "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host, "
-            "on a communicator's first 4 streams and up to its 1 MiB slot)",
-     .accepts = "auto|ring|rd|direct|oneshot"},
+            "on a communicator's first 4 streams and up to its 1 MiB slot; cma for all-gather "
+            "only, on one host where ranks may read each other's memory)",
+     .accepts = "auto|ring|rd|direct|oneshot|cma"},
     // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
     {.id = SettingId::kAlgoTable,
      .name = "ZRT_ALGO_TABLE",
@@ -303,6 +304,7 @@ AllReduceAlgorithm all_reduce_algorithm(const std::string& name) {
   if (name == "direct") return AllReduceAlgorithm::kDirect;
   if (name == "rd") return AllReduceAlgorithm::kRecursiveDoubling;
   if (name == "oneshot") return AllReduceAlgorithm::kOneShot;
+  if (name == "cma") return AllReduceAlgorithm::kCma;
   return AllReduceAlgorithm::kAuto;
 }
 

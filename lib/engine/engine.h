@@ -101,6 +101,10 @@ struct EngineOptions {
   // One host name per rank when the ranks span hosts (the communicator learns them at
   // creation), else empty: a timeout names the host of each peer that went silent.
   std::vector<std::string> host_names;
+  // Every rank's pid when every rank is on this host, peer windows are on and each rank can read
+  // every other's memory with process_vm_readv (the communicator probes it at creation), else
+  // empty: the `cma` all-gather (collectives/one_shot.h) runs only where this is filled.
+  std::vector<int> peer_pids;
   // While a communicating task is in flight and a turn of the progress thread found nothing to
   // do, it keeps polling the transport (yielding its core each turn) for up to this long before
   // it sleeps, so that a peer's notification arriving meanwhile does not pay a wake-up (tens

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/peer_memory.h"
 #include "lib/engine/engine.h"
 #include "tests/harness/file_bootstrap.h"
 #include "transports/transport.h"
@@ -49,6 +50,9 @@ struct Rig {
   // `windows`, their ring inside each simulated host writes into the mapped inboxes.
   int two_level_hosts = 0;
   int check_order = -1;  // EngineOptions::check_order: -1 = ZRT_CHECK / the build's default
+  // Probes cross-memory reads as a communicator of one host does (EngineOptions::peer_pids), so
+  // that the cma all-gather may run.
+  bool peer_memory = false;
 
   static bool windows_default() {
     const char* value = std::getenv("ZRT_WINDOWS");
@@ -73,6 +77,12 @@ struct Rig {
     engine_options.two_level_hosts = two_level_hosts;
     engine_options.all_reduce_algorithm = algorithm;
     engine_options.check_order = check_order;
+    if (peer_memory && engine_options.peer_windows) {
+      const PeerGather gather = [this](const void* input, void* output, size_t bytes) {
+        return bootstrap->allgather(input, output, bytes);
+      };
+      ZRT_RETURN_IF_ERROR(probe_peer_memory(rank, size, gather, name, &engine_options.peer_pids));
+    }
     ZRT_RETURN_IF_ERROR(create_progress_engine(*transport, engine_options, &engine));
     for (int i = 0; i < stream_count; ++i) {
       Stream* stream = nullptr;

@@ -42,17 +42,25 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (1 << 20) + 4), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 1 << 20), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 8, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 1 << 20), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (1 << 20) + 8), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 2 << 20), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (2 << 20) + 16), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (8 << 10) + 8), "cma");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 32 << 20), "cma");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (32 << 20) + 8), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 4 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (4 << 20) + 16), "cma");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, (16 << 20) + 16), "ring");
+  // Where the ranks cannot read each other's memory (cma unavailable), one-shot up to its slot.
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 1 << 20, "cma"), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (1 << 20) + 8, "cma"), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 64 << 10, Unavailable("oneshot", "cma")),
+               "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 9, 8), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 9, 8), "ring");
   // Across hosts (oneshot unavailable) the rows behind it.
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4, "oneshot"), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8, Unavailable("oneshot", "cma")), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 65, 8), "ring");
   for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
     for (int ranks : {2, 3, 8, 1000}) {
@@ -128,14 +136,18 @@ TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
   EXPECT_STREQ(choose_algorithm("", nullptr, TableOp::kAllReduce, 2, 8), "oneshot");
   // An unavailable algorithm, forced or in the file, is passed over.
   EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8), "oneshot");
-  EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  EXPECT_STREQ(choose_algorithm("oneshot", nullptr, TableOp::kAllGather, 2, 8, "oneshot"), "cma");
+  EXPECT_STREQ(choose_algorithm("cma", nullptr, TableOp::kAllGather, 2, 8), "cma");
+  EXPECT_STREQ(
+      choose_algorithm("cma", nullptr, TableOp::kAllGather, 2, 8, Unavailable("oneshot", "cma")),
+      "ring");
   const AlgorithmTable one_shot = parsed("all_reduce * * oneshot\n");
   EXPECT_STREQ(choose_algorithm("", &one_shot, TableOp::kAllReduce, 2, 1 << 20, "oneshot"), "ring");
   // ZRT_ALGO wins for the ops that have its algorithm, and leaves the others to the tables.
   EXPECT_STREQ(choose_algorithm("ring", &table, TableOp::kAllReduce, 2, 8), "ring");
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllReduce, 2, 2 << 20), "direct");
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "oneshot");
-  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8, "oneshot"), "ring");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8, "oneshot"), "cma");
   EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8, "oneshot"), "ring");
 }
 
@@ -159,7 +171,7 @@ TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
       {"all_reduce * 17179869184G ring\n", "bytes '17179869184G'"},
       {"\n\nall_gather * * direct\n",
        "t.table: line 3: all_gather has no algorithm 'direct' "
-       "(it has: ring, oneshot)"},
+       "(it has: ring, oneshot, cma)"},
       {"all_reduce * * tree\n",
        "all_reduce has no algorithm 'tree' (it has: ring, direct, rd, oneshot)"},
   };

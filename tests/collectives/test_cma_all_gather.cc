@@ -1,0 +1,213 @@
+// The cma all-gather (collectives/one_shot.h): every rank copies every peer's block straight out
+// of the peer's input with process_vm_readv. On real ranks of one host, forced as ZRT_ALGO=cma
+// does, after the communicator's probe (collectives/peer_memory.h), which must pass here
+// (siblings of one user, no Yama restriction) or say why this kernel forbids it:
+//   - exact byte for byte at N = 2, 3 and 4, f32, bf16 and i32, in place and out of place, at
+//     odd counts and past the one-shot slot (cma has no slot bound);
+//   - every rank rewrites its input the moment a call returns, hundreds of calls back to back:
+//     a rank must not complete before its peers have read it, or they read the next call's data;
+//   - one rank by cma and another by the slot one-shot for the same collective: an error on both
+//     that says so, not a hang or mixed data;
+//   - a peer that never calls or dies: every survivor's error within the timeout.
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/one_shot.h"
+#include "lib/core/dtype.h"
+#include "lib/engine/stream_resources.h"
+#include "tests/collectives/rig.h"
+#include "tests/harness/multirank.h"
+#include "tests/harness/status_assert.h"
+
+namespace zrt::testing {
+namespace {
+
+// Why this kernel forbids cross-memory reads between sibling processes, or "" when it does not.
+std::string ptrace_restriction() {
+  std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
+  int value = 0;
+  if (scope >> value && value > 0) {
+    return fmt::format("kernel.yama.ptrace_scope = {}: siblings may not read each other", value);
+  }
+  return "";
+}
+
+// Rank `rank`'s block for call `call`: distinct per rank, call and element.
+void fill(std::vector<char>& block, int rank, int call) {
+  for (size_t i = 0; i < block.size(); ++i) {
+    block[i] = static_cast<char>((i * 31 + static_cast<size_t>(rank) * 7 + call * 13) & 0xff);
+  }
+}
+
+Status init_cma(Rig& rig, int rank, int size, const std::string& name, int64_t timeout = 30000) {
+  rig.algorithm = AllReduceAlgorithm::kCma;
+  rig.peer_memory = true;
+  return rig.init(rank, size, name, timeout);
+}
+
+// Whether the rig's probe passed; a failure, unless the kernel explains it.
+bool cma_runs(const Rig& rig) {
+  if (rig.engine->options().peer_pids.size() == static_cast<size_t>(rig.size)) return true;
+  const std::string why = ptrace_restriction();
+  EXPECT_FALSE(why.empty()) << "the cross-memory probe failed between sibling ranks";
+  return false;
+}
+
+void check_gather(Rig& rig, size_t bytes, bool in_place, int call) {
+  const int rank = rig.rank, size = rig.size;
+  std::vector<char> mine(bytes);
+  fill(mine, rank, call);
+  std::vector<char> out(bytes * static_cast<size_t>(size), 0x5a);
+  const void* send = mine.data();
+  if (in_place) {
+    std::memcpy(out.data() + rank * bytes, mine.data(), bytes);
+    send = out.data() + rank * bytes;
+  }
+  ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_GATHER, send, out.data(), bytes, ZRT_I8)));
+  for (int r = 0; r < size; ++r) {
+    std::vector<char> theirs(bytes);
+    fill(theirs, r, call);
+    ASSERT_EQ(std::memcmp(out.data() + r * bytes, theirs.data(), bytes), 0)
+        << bytes << " bytes " << (in_place ? "in place" : "out of place") << " N=" << size
+        << ": block " << r;
+  }
+}
+
+class CmaRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(CmaRanks, ExactInPlaceAndOutOfPlaceAtOddSizesAndPastTheSlot) {
+  expect_ranks_pass(GetParam(), [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(init_cma(rig, rank, size, "cma_exact"));
+    if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
+    int call = 0;
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{100003},
+                         kOneShotSlotBytes + 3, 3 * kOneShotSlotBytes}) {
+      for (bool in_place : {false, true}) {
+        check_gather(rig, bytes, in_place, ++call);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    }
+    // Element types other than bytes: the count is in elements, the read in bytes.
+    for (zrt_dtype_t dtype : {ZRT_F32, ZRT_BF16, ZRT_I32}) {
+      const size_t count = 1001, esize = dtype_size(dtype);
+      std::vector<char> mine(count * esize);
+      fill(mine, rank, ++call);
+      std::vector<char> out(mine.size() * static_cast<size_t>(size));
+      ASSERT_OK(
+          rig.run(collective_args(ZRT_COLL_ALL_GATHER, mine.data(), out.data(), count, dtype)));
+      for (int r = 0; r < size; ++r) {
+        std::vector<char> theirs(mine.size());
+        fill(theirs, r, call);
+        ASSERT_EQ(std::memcmp(out.data() + r * theirs.size(), theirs.data(), theirs.size()), 0)
+            << dtype_name(dtype) << " block " << r;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CmaRanks, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// A call completes only once every peer has read this rank's input: each rank overwrites its
+// input with the next call's data the moment a call returns, and every result must still be the
+// call's own. More ranks than cores make a reader late often.
+TEST(CmaAllGather, InputsRewrittenTheMomentACallReturnsNeverShowInAPeersResult) {
+  for (int size : {2, 3}) {
+    expect_ranks_pass(size, [](int rank, int size) {
+      Rig rig;
+      ASSERT_OK(init_cma(rig, rank, size, "cma_reuse"));
+      if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
+      constexpr size_t kBytes = 256 << 10;
+      constexpr int kCalls = 300;
+      std::vector<char> input(kBytes), out(kBytes * static_cast<size_t>(size)), expected(kBytes);
+      fill(input, rank, 0);
+      for (int call = 0; call < kCalls; ++call) {
+        ASSERT_OK(rig.run(
+            collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8)));
+        fill(input, rank, call + 1);  // at once: a peer still reading would see this
+        for (int r = 0; r < size; ++r) {
+          fill(expected, r, call);
+          ASSERT_EQ(std::memcmp(out.data() + r * kBytes, expected.data(), kBytes), 0)
+              << "call " << call << ": block " << r;
+        }
+      }
+    });
+  }
+}
+
+// Rank 0 gathers by cma, rank 1 by the slot one-shot (ZRT_ALGO differs across ranks): both see
+// the other's header and fail, naming the mode.
+TEST(CmaAllGather, AModeMismatchAcrossRanksIsAnErrorOnBoth) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    rig.peer_memory = true;
+    rig.algorithm = rank == 0 ? AllReduceAlgorithm::kCma : AllReduceAlgorithm::kOneShot;
+    ASSERT_OK(rig.init(rank, size, "cma_mismatch", 10000));
+    if (rig.engine->options().peer_pids.empty()) GTEST_SKIP() << ptrace_restriction();
+    std::vector<char> input(1000, static_cast<char>(rank)), out(2000);
+    Status status =
+        rig.run(collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), 1000, ZRT_I8));
+    ASSERT_FALSE(status.is_ok()) << "rank " << rank << " gathered across modes";
+    EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
+    EXPECT_NE(status.message().find("by cma"), std::string::npos) << status.message();
+  });
+}
+
+// A peer that never calls, or dies before it calls: every survivor's error within the timeout.
+void late_or_dead_peer(bool dies) {
+  RankOptions options;
+  options.deadline_ms = 60000;
+  expect_ranks_pass(
+      3,
+      [dies](int rank, int size) {
+        constexpr int64_t kTimeoutMs = 2000;
+        Rig rig;
+        ASSERT_OK(init_cma(rig, rank, size, dies ? "cma_dead" : "cma_late", kTimeoutMs));
+        if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
+        constexpr size_t kBytes = 64 << 10;
+        std::vector<char> input(kBytes, 1), out(kBytes * 3);
+        for (int i = 0; i < 5; ++i) {
+          ASSERT_OK(rig.run(
+              collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8)));
+        }
+        if (rank == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          if (dies) _exit(0);
+          std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs * 2));
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        Status status =
+            rig.run(collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8));
+        const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+        ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": no error without rank 2";
+        EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
+            << status.message();
+        EXPECT_LT(took, kTimeoutMs + 1500) << status.message();
+      },
+      options);
+}
+
+TEST(CmaAllGather, ALatePeerTimesOutOnEverySurvivor) {
+  late_or_dead_peer(false);
+}
+
+TEST(CmaAllGather, ADeadPeerFailsEverySurvivorWithinTheTimeout) {
+  late_or_dead_peer(true);
+}
+
+}  // namespace
+}  // namespace zrt::testing
