@@ -47,9 +47,15 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // (1 MiB at N = 2, 2 MiB at N = 4: 44 and 160-310 us against the ring's 80-170 and 470-650);
 // with 1 MiB blocks it lost at N = 2 (230-290 us against 100-200) and tied at N = 4. Direct
 // exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks),
-// ring otherwise. The cma all-gather (one host, where the ranks may read each other's memory;
-// elsewhere its rows are passed over and the next match runs), against one-shot and the ring at
-// N = 2, bound, 2 interleaved rounds, us out of place / in place: 16 KiB 1.65/1.56 against
+// ring otherwise. Re-measured on a second machine of the same shape (2 cores, 4 MiB L2 a core),
+// the all-reduce's one-shot against the ring, 2 interleaved rounds, us out of place / in
+// place: N = 2 (bound) 512 KiB 64/59-61 against 65-79/58, 1 MiB 193-201/151-156 against
+// 147-156/118-122; N = 3 128 KiB 43-44/36-39 against 57-61/57-60, 256 KiB 87-118/77-88 against
+// 82-88/77-80; N = 4 128 KiB 69-74/64-65 against 72-74/65-74, 256 KiB 163-164/147-149 against
+// 101-106/88-96; N = 8 256 KiB 429-469/413-446 against 468-579/441-572, 512 KiB 1007-1034/893-975
+// against 739-749/572-678. The cma all-gather (one host, where the ranks may read each other's
+// memory; elsewhere its rows are passed over and the next match runs), against one-shot and the
+// ring at N = 2, bound, 2 interleaved rounds, us out of place / in place: 16 KiB 1.65/1.56 against
 // one-shot's 1.99/1.90 (8 KiB: 1.51/1.42 against 1.31/1.22); 1 MiB 36/19 against 75/48; 4 MiB
 // 265-307/183-188 against the ring's 387-389/306-313; 32 MiB 2890-2940/1690-1700 against
 // 3340-3360/2570-2640; at 64 MiB out of place the ring won (7870 against 9680). At N = 4 on 2
@@ -57,7 +63,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // 4 MiB one-shot took 800/760, cma 1250/850 and the ring 1460/1260.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  bytes   algorithm
-all_reduce        2-8    0-1M    oneshot
+all_reduce        2      0-512K  oneshot
+all_reduce        3-7    0-128K  oneshot
+all_reduce        8      0-256K  oneshot
 all_reduce        2-64   0-64K   direct
 all_reduce        *      *       ring
 reduce_scatter    2-8    0-1M    oneshot

@@ -43,10 +43,11 @@ inline constexpr size_t kWindowKeyMaxBytes = 1024;
 
 // The one-shot arena (collectives/one_shot.h): per stream, a control block and two slots of a
 // 64-byte header and kOneShotSlotBytes of data; one-shot collectives serve only what fits (the
-// built-in table's crossovers: 1 MiB of reduce-scatter or all-reduce input, the slot; an
-// all-gather block of 512 KiB). Only the communicator's first kOneShotStreams streams
-// (by creation order, the same on every rank) have one, so that the memory the arenas hold, each
-// mapped by every peer, stays constant however many streams a framework creates (1000 streams
+// built-in table's crossovers: 1 MiB of reduce-scatter input, the slot; 128-512 KiB of
+// all-reduce input by rank count; an all-gather block up to 1 MiB, and past 8 KiB at N = 2 the
+// cma all-gather, which deposits only its header). Only the communicator's first kOneShotStreams
+// streams (by creation order, the same on every rank) have one, so that the memory the arenas hold,
+// each mapped by every peer, stays constant however many streams a framework creates (1000 streams
 // once held 4 GB of arenas).
 inline constexpr size_t kOneShotSlotBytes = size_t{1} << 20;
 inline constexpr int kOneShotStreams = 4;

@@ -38,9 +38,12 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, 1 << 20), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, (1 << 20) + 4), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 1 << 20), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (1 << 20) + 4), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 1 << 20), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 128 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (128 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, 256 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, (256 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 512 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, (512 << 10) + 4), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 8, 256 << 10), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8 << 10), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (8 << 10) + 8), "cma");
