@@ -42,7 +42,9 @@ class TuneMultirank : public ::testing::Test {
 TEST_F(TuneMultirank, StageTwoBeatsTinyBucketsAndRerunAgrees) {
   const std::string config = dir_ + "/zrt.json", report = dir_ + "/report.json";
   // 1 KiB buckets: a step of 4 KiB ones took 1.3-1.5x the best since small reduce-scatters run
-  // inline and one-shot (down from 2-3.6x), which this machine's noise can cross; 1 KiB: 2.9x.
+  // inline and one-shot (down from 2-3.6x), which this machine's noise can cross; 1 KiB: 2.9x
+  // there, 1.39-1.44x on a machine of the same shape whose small collectives are faster (its
+  // 256-byte buckets too: the compute, ~50 ms, is most of every step).
   CommandResult r = run_tune(2, {"--preset", "gpt2-tiny", "--stage", "2", "--include-bucket",
                                  "1KiB", "-o", config, "--report", report});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -63,7 +65,7 @@ TEST_F(TuneMultirank, StageTwoBeatsTinyBucketsAndRerunAgrees) {
   // The tiny bucket was measured first, in the same run, on the same ranks.
   ASSERT_EQ(trials[0]["bucket_bytes"].get<size_t>(), 1024u);
   const double tiny_ms = trials[0]["step_ms"].get<double>();
-  EXPECT_GT(tiny_ms, 1.5 * best_ms) << r.out;
+  EXPECT_GT(tiny_ms, 1.2 * best_ms) << r.out;
   // Every step carries the compute; none can beat it.
   EXPECT_GE(best_ms, 0.95 * rep["compute_ms"].get<double>());
   // Not a grid: a handful of candidates.
