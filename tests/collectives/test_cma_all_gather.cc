@@ -25,6 +25,7 @@
 #include "collectives/one_shot.h"
 #include "lib/core/dtype.h"
 #include "lib/engine/stream_resources.h"
+#include "tests/collectives/late_peer.h"
 #include "tests/collectives/rig.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/status_assert.h"
@@ -168,41 +169,21 @@ TEST(CmaAllGather, AModeMismatchAcrossRanksIsAnErrorOnBoth) {
   });
 }
 
-// A peer that never calls, or dies before it calls: every survivor's error within the timeout.
+// A late or dead peer (tests/collectives/late_peer.h) during a cma all-gather.
 void late_or_dead_peer(bool dies) {
-  RankOptions options;
-  options.deadline_ms = 60000;
-  expect_ranks_pass(
-      3,
-      [dies](int rank, int size) {
-        constexpr int64_t kTimeoutMs = 2000;
-        Rig rig;
-        ASSERT_OK(init_cma(rig, rank, size, dies ? "cma_dead" : "cma_late", kTimeoutMs));
-        if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
-        constexpr size_t kBytes = 64 << 10;
-        std::vector<char> input(kBytes, 1), out(kBytes * 3);
-        for (int i = 0; i < 5; ++i) {
-          ASSERT_OK(rig.run(
-              collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8)));
-        }
-        if (rank == 2) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          if (dies) _exit(0);
-          std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs * 2));
-          return;
-        }
-        const auto start = std::chrono::steady_clock::now();
-        Status status =
-            rig.run(collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8));
-        const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
-        ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": no error without rank 2";
-        EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
-            << status.message();
-        EXPECT_LT(took, kTimeoutMs + 1500) << status.message();
+  constexpr size_t kBytes = 64 << 10;
+  std::vector<char> input(kBytes, 1), out(kBytes * 3);
+  expect_survivors_fail_without_rank2(
+      dies,
+      [dies](Rig& rig, int rank, int size, int64_t timeout_ms) {
+        Status status = init_cma(rig, rank, size, dies ? "cma_dead" : "cma_late", timeout_ms);
+        if (status.is_ok() && !cma_runs(rig)) [] { GTEST_SKIP() << ptrace_restriction(); }();
+        return status;
       },
-      options);
+      [&](Rig& rig) {
+        return rig.run(
+            collective_args(ZRT_COLL_ALL_GATHER, input.data(), out.data(), kBytes, ZRT_I8));
+      });
 }
 
 TEST(CmaAllGather, ALatePeerTimesOutOnEverySurvivor) {

@@ -26,6 +26,7 @@
 #include "collectives/one_shot.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
+#include "tests/collectives/late_peer.h"
 #include "tests/collectives/rig.h"
 #include "tests/collectives/values.h"
 #include "tests/harness/multirank.h"
@@ -353,44 +354,17 @@ TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
   });
 }
 
-// A peer that never calls: the others' one-shot wait ends in ZRT_TIMEOUT within the timeout
-// (plus the engine's look interval and a loaded host's margin; a survivor may hear first that
-// the other timed out and left: ZRT_REMOTE_ERROR), and a dead peer's the same or sooner
-// through the transport's verdict.
+// A late or dead peer (tests/collectives/late_peer.h) during a one-shot all-reduce.
 void late_or_dead_peer(bool dies) {
-  RankOptions options;
-  options.deadline_ms = 60000;
-  expect_ranks_pass(
-      3,
-      [dies](int rank, int size) {
-        constexpr int64_t kTimeoutMs = 2000;
-        Rig rig;
-        ASSERT_OK(rig.init(rank, size, dies ? "one_shot_dead" : "one_shot_late", kTimeoutMs));
-        std::vector<float> in(64, 1.0f), out(64);
-        for (int i = 0; i < 5; ++i) {
-          ASSERT_OK(
-              rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32)));
-        }
-        if (rank == 2) {
-          // A moment for the others' last warm-up call to return before this rank goes.
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          if (dies) _exit(0);
-          std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs * 2));
-          return;
-        }
-        const auto start = std::chrono::steady_clock::now();
-        Status status =
-            rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32));
-        const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count();
-        ASSERT_FALSE(status.is_ok()) << "rank " << rank << ": no error without rank 2";
-        // The first survivor to time out leaves; the other may hear of that first.
-        EXPECT_TRUE(status.code() == ZRT_TIMEOUT || status.code() == ZRT_REMOTE_ERROR)
-            << status.message();
-        EXPECT_LT(took, kTimeoutMs + 1500) << status.message();
+  std::vector<float> in(64, 1.0f), out(64);
+  expect_survivors_fail_without_rank2(
+      dies,
+      [dies](Rig& rig, int rank, int size, int64_t timeout_ms) {
+        return rig.init(rank, size, dies ? "one_shot_dead" : "one_shot_late", timeout_ms);
       },
-      options);
+      [&](Rig& rig) {
+        return rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 64, ZRT_F32));
+      });
 }
 
 TEST(OneShot, ALatePeerTimesOutOnEverySurvivor) {
