@@ -114,7 +114,7 @@ class Communicator {
   // The host names behind host_ids_ (same size), for messages (EngineOptions::host_names).
   std::vector<std::string> host_names_;
   // Every rank's pid when every rank is on this host and each can read the others' memory
-  // (peer_memory_probe.h), else empty (EngineOptions::peer_pids).
+  // (collectives/peer_memory.h), else empty (EngineOptions::peer_pids).
   std::vector<int> peer_pids_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
