@@ -33,6 +33,9 @@ inline constexpr int kMaxLiveStreams = 1 << kStreamIndexBits;
 // The largest collective (nccl-tests' size) that the bounded poll serves
 // (EngineOptions::busy_poll_us): the small and medium messages.
 inline constexpr uint64_t kBusyPollMaxBytes = uint64_t{4} << 20;
+// The largest collective a submission waits behind to run its own inline (EngineImpl::
+// ends_soon, inline_run.cc): a barrier, a vote, a small layer's gather.
+inline constexpr uint64_t kInlineWaitMaxBytes = uint64_t{64} << 10;
 // How long the progress thread sleeps between looks at a task that waits on memory
 // (Task::waits_on_memory): an eighth of the wait so far, at least kMemoryWaitMinSleepUs and at
 // most kMemoryWaitMaxSleepMs, so that a rank waiting long for a late peer stays under 1% of a
@@ -72,6 +75,13 @@ class StreamImpl final : public Stream {
   std::deque<std::unique_ptr<Task>> queue_;
   uint64_t enqueued_ = 0;   // tasks ever accepted
   uint64_t completed_ = 0;  // tasks finished successfully, in order
+  // The ticket of the last task queued that may take long (not EngineImpl::ends_soon): once
+  // completed_ reaches it, whatever is pending ends within a small collective's time, and a
+  // submission that would run inline may wait for it (inline_run.cc).
+  uint64_t last_slow_ticket_ = 0;
+  // completed_ when such a wait last ran out (a late peer holds the stream): no submission
+  // waits again before a task completes.
+  uint64_t inline_wait_expired_at_ = kNoWaiter;
   // The lowest ticket a waiter sleeps on (wait_point): a completion wakes the waiters only when
   // it reaches it, not on every task, so a rank that queues many small collectives and then
   // synchronizes does not pay a thread switch per collective (8-byte all-reduces queued back to
@@ -144,6 +154,9 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // (inline_run.cc): true when it took the task (completed, or handed to the progress thread),
   // false when the caller must enqueue it as usual (then `task` is untouched).
   bool run_inline(StreamImpl& stream, std::unique_ptr<Task>& task);
+  // Whether `task` ends within a small collective's time once its peers are there: it moves
+  // its data through mapped memory, or it communicates at most kInlineWaitMaxBytes.
+  bool ends_soon(const Task& task) const;
 
   Status create_stream(zrt_mem_kind_t kind, Stream** stream) override;
   Status destroy_stream(Stream* stream) override;
@@ -192,6 +205,12 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // Under mu_ (inline_busy_).
   static bool memory_tasks_only(const std::vector<std::shared_ptr<StreamImpl>>& streams);
   bool polls_for(const Task& task) const;
+  // run_inline's look at a stream with tasks pending (under mu_): whether to look again.
+  struct InlineWait {
+    std::chrono::steady_clock::time_point until;  // the bound, from the last completion seen
+    uint64_t completed = 0;                       // the stream's completed_ then
+  };
+  bool wait_for_idle_locked(StreamImpl& stream, int look, InlineWait* wait);
   bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
                       std::chrono::steady_clock::time_point now, int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread

@@ -511,15 +511,27 @@ bool EngineImpl::small_collective_in_flight(
   return false;
 }
 
-bool EngineImpl::polls_for(const Task& task) const {
+namespace {
+// A collective's size as nccl-tests and the issue count it: the reduce-scatter's input, the
+// all-gather's output, else its buffer.
+uint64_t table_bytes(const Task& task, int size) {
   const TraceCall call = task.trace_call();
   const size_t element = call.dtype >= 0 ? dtype_size(static_cast<zrt_dtype_t>(call.dtype)) : 1;
   uint64_t bytes = call.count * std::max<size_t>(element, 1);
-  // The sizes of nccl-tests and the issue: the reduce-scatter input, the all-gather output.
   if (call.kind == ZRT_COLL_REDUCE_SCATTER || call.kind == ZRT_COLL_ALL_GATHER) {
-    bytes *= static_cast<uint64_t>(options_.size);
+    bytes *= static_cast<uint64_t>(size);
   }
-  return bytes <= kBusyPollMaxBytes;
+  return bytes;
+}
+}  // namespace
+
+bool EngineImpl::polls_for(const Task& task) const {
+  return table_bytes(task, options_.size) <= kBusyPollMaxBytes;
+}
+
+bool EngineImpl::ends_soon(const Task& task) const {
+  if (task.waits_on_memory()) return true;
+  return task.communicates() && table_bytes(task, options_.size) <= kInlineWaitMaxBytes;
 }
 
 bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {

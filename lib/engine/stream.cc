@@ -26,8 +26,10 @@ Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
       call.stream = index_;
       task->trace_ticket = engine_.recorder().post(call);
     }
+    const bool slow = !engine_.ends_soon(*task);
     queue_.push_back(std::move(task));
     ++enqueued_;
+    if (slow) last_slow_ticket_ = enqueued_;
   }
   engine_.wake();
   return Status::ok();
