@@ -8,18 +8,18 @@
 //
 // The stream is claimed under the engine's lock (nothing enqueued and not completed, no inline
 // run already), which keeps the progress thread off the stream's tasks and resources until the
-// claim ends; behind small collectives only, the submission waits for the stream to be idle,
-// within the same bound as the spin below (wait_for_idle_locked). The task's start() and
-// progress() then run on this thread for a bounded spin (kInlineSpinFactor x
-// EngineOptions::busy_poll_us, yielding the core between looks); a task
-// still waiting then (a late peer), or failing, goes to the progress thread as it stands
-// (StreamImpl::handed_off_), which continues it without start(): the engine's timeouts, peer
-// verdicts and failure handling then apply as to any task, and a submission never blocks for
-// long, so collectives on several streams submitted in different orders on different ranks
-// cannot deadlock. Either way the collective counts one sequence number of its stream, as a
-// task the progress thread ran would.
+// claim ends; behind small collectives only, the submission first waits, asleep, for the
+// stream to be idle (wait_for_idle_locked). The task's start() and progress() then run on this
+// thread for a bounded spin (kInlineSpinFactor x EngineOptions::busy_poll_us, yielding the core
+// between looks); a task still waiting then (a late peer), or failing, goes to the progress
+// thread as it stands (StreamImpl::handed_off_), which continues it without start(): the
+// engine's timeouts, peer verdicts and failure handling then apply as to any task, and a
+// submission never blocks for long, so collectives on several streams submitted in different
+// orders on different ranks cannot deadlock. Either way the collective counts one sequence
+// number of its stream, as a task the progress thread ran would.
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -50,21 +50,33 @@ inline void cpu_relax() {
 // instead, it would run on the progress thread, which costs a hand-off and a wake-up a call, so
 // a submitter ahead of it stays ahead: back-to-back 8-byte all-reduces behind a barrier took
 // 2-11 us each for the rest of the run instead of 0.8 us (1 run in 5), and the queue held every
-// call the loop issued. The wait lasts while the stream completes a task at least every spin
-// bound; one that runs out (a late peer) is not repeated before a task completes, so a
-// submission waits at most one bound per late collective.
-bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, int look, InlineWait* wait) {
+// call the loop issued. The wait lasts while the stream completes a task at least every
+// kInlineWaitFactor x busy_poll_us; one that runs out (a late peer) is not repeated before a
+// task completes, so a submission waits at most one bound per late collective. After a few
+// spins the waiter sleeps until the next completion (wake_at_): the tasks ahead run on the
+// progress thread, whose core a yielding waiter would share when ranks outnumber cores.
+bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::mutex>& lock,
+                                      int look, InlineWait* wait) {
   if (stream.completed_ < stream.last_slow_ticket_ ||
       stream.completed_ == stream.inline_wait_expired_at_) {
     return false;
   }
+  const bool sleeps = look >= kSpinsBeforeYield;
   if (look == 0 || stream.completed_ != wait->completed) {
     wait->completed = stream.completed_;
     wait->until = std::chrono::steady_clock::now() +
-                  std::chrono::microseconds(options_.busy_poll_us * kInlineSpinFactor);
-  } else if (look % kSpinsPerClockLook == 0 && std::chrono::steady_clock::now() >= wait->until) {
+                  std::chrono::microseconds(options_.busy_poll_us * kInlineWaitFactor);
+  } else if ((sleeps || look % kSpinsPerClockLook == 0) &&
+             std::chrono::steady_clock::now() >= wait->until) {
     stream.inline_wait_expired_at_ = stream.completed_;
     return false;
+  }
+  if (sleeps) {
+    stream.wake_at_ = std::min(stream.wake_at_, stream.completed_ + 1);
+    done_cv_.wait_until(lock, wait->until);
+  } else {
+    lock.unlock();
+    cpu_relax();
   }
   return true;
 }
@@ -82,13 +94,7 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
       return false;
     }
     if (stream.enqueued_ != stream.completed_) {
-      if (!wait_for_idle_locked(stream, look, &wait)) return false;
-      lock.unlock();
-      if (look < kSpinsBeforeYield) {
-        cpu_relax();
-      } else {
-        sched_yield();
-      }
+      if (!wait_for_idle_locked(stream, lock, look, &wait)) return false;
       continue;
     }
     // Only an idle stream's resources are this thread's to read: the progress thread's else.

@@ -369,18 +369,21 @@ TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
   });
 }
 
-// Calls submitted behind a barrier (a tagged collective on the progress thread) wait for it and
-// then run on the submitting thread, instead of queueing behind it for the rest of the loop: the
-// stream is idle again when each enqueue returns. A late peer may cost a round a few calls.
-TEST(OneShot, CallsBehindABarrierStillCompleteOnTheSubmittingThread) {
+// Calls submitted behind a barrier (a tagged collective on the progress thread) queue only
+// while it is pending: once it completes, the next submission waits for the calls queued behind
+// it and then runs on the submitting thread, instead of the loop queueing every later call
+// (each then a hand-off to the progress thread and a wake-up, so the submitter stays ahead for
+// the rest of the loop). How long the barrier takes depends on the host (and a sanitizer), so
+// only the second half of each round, long after the barrier, is counted.
+TEST(OneShot, CallsBehindABarrierReturnToTheSubmittingThread) {
   expect_ranks_pass(2, [](int rank, int size) {
     Rig rig;
     constexpr size_t kCount = 2;
     std::vector<float> in(kCount, static_cast<float>(rank + 1)), out(kCount);
     ASSERT_OK(start_inline_rig(rig, rank, size, "one_shot_behind_barrier", in, out));
     constexpr int kRounds = 5;
-    constexpr int kCalls = 40;
-    int idle_after = 0;
+    constexpr int kCalls = 400;
+    int idle_late = 0;
     for (int round = 0; round < kRounds; ++round) {
       ASSERT_OK(
           enqueue_collective(rig.stream(), rank, size,
@@ -388,12 +391,12 @@ TEST(OneShot, CallsBehindABarrierStillCompleteOnTheSubmittingThread) {
       for (int call = 0; call < kCalls; ++call) {
         bool idle = false;
         ASSERT_OK(submit_all_reduce(rig, rank, size, in, out, &idle));
-        idle_after += idle ? 1 : 0;
+        if (call >= kCalls / 2) idle_late += idle ? 1 : 0;
       }
       ASSERT_OK(rig.stream().synchronize());
       ASSERT_EQ(out[kCount - 1], 3.0f);
     }
-    EXPECT_GE(idle_after, kRounds * kCalls / 2)
+    EXPECT_GE(idle_late, kRounds * kCalls / 4)
         << "calls behind a barrier queued instead of running on the submitting thread";
   });
 }
