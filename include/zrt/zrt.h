@@ -289,8 +289,9 @@ typedef struct zrt_event* zrt_event_t;
  * device). */
 ZRT_API zrt_status_t zrt_stream_create(zrt_comm_t comm, zrt_mem_kind_t kind, zrt_stream_t* stream);
 
-/* Waits for the stream's work, then destroys it. Returns the stream's error, if any. Errors:
- * ZRT_INVALID_USAGE (the default stream, which zrt_comm_destroy frees). */
+/* Waits for the stream's work, then destroys it; on a failed stream, until zrt no longer
+ * touches the buffers of its work, so they may be freed once it returns. Returns the stream's
+ * error, if any. Errors: ZRT_INVALID_USAGE (the default stream, which zrt_comm_destroy frees). */
 ZRT_API zrt_status_t zrt_stream_destroy(zrt_stream_t stream);
 
 /* Blocks, without spinning, until the work enqueued so far has completed; returns ZRT_SUCCESS
@@ -562,8 +563,9 @@ ZRT_API zrt_status_t zrt_partition_config_load(const char* path, zrt_partition_c
 ZRT_API zrt_status_t zrt_partition_create(zrt_comm_t comm, const zrt_partition_config_t* config,
                                           zrt_partition_t* pm);
 
-/* Waits for pending communication, then frees every buffer; every pointer handed out becomes
- * invalid. NULL is accepted. Returns the first error of the pending work. */
+/* Waits for pending communication (after a failure, until zrt no longer touches the buffers),
+ * then frees every buffer; every pointer handed out becomes invalid. NULL is accepted. Returns
+ * the first error of the pending work. */
 ZRT_API zrt_status_t zrt_partition_destroy(zrt_partition_t pm);
 
 /* Registration, before zrt_partition_finalize and identical on every rank. Units are added in

@@ -103,6 +103,7 @@ class StreamImpl final : public Stream {
   bool failed_ = false;
   Status error_;
   bool destroyed_ = false;
+  bool released_ = false;  // destroyed, and the progress thread has let go of it
 
   // Progress thread only.
   std::unique_ptr<Task> running_;
@@ -250,6 +251,7 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   Status error_;                  // guarded by mu_
   bool cancel_needed_ = false;
   bool stopping_ = false;
+  bool loop_exited_ = false;  // guarded by mu_: the progress thread touches no stream again
   bool thread_started_ = false;
   bool shut_down_ = false;
   int wake_fd_ = -1;

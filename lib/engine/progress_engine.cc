@@ -190,6 +190,12 @@ Status EngineImpl::destroy_stream(Stream* stream) {
     ++streams_version_;
   }
   wake();
+  // A failed stream's synchronize returns at once, while the progress thread may still be in
+  // the middle of the stream's task: a partition's copy into a bucket, whose buffers the caller
+  // frees next (a survivor segfaulted after a peer's death). The stream is the caller's to
+  // forget once the thread has passed the top of its loop, where it lets go of it.
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return shared->released_ || loop_exited_ || !thread_started_; });
   return status;
 }
 
@@ -671,8 +677,15 @@ void EngineImpl::run() {
     // the error at once) may still hold a running task whose transport operations write into
     // the task and the stream's scratch; cancel_all ends them. Freeing first was a
     // use-after-free (AddressSanitizer, dead_peers and abort_release).
-    for (const auto& stream : retired) release_resources(*stream);
-    retired.clear();
+    if (!retired.empty()) {
+      for (const auto& stream : retired) release_resources(*stream);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& stream : retired) stream->released_ = true;
+      }
+      retired.clear();
+      done_cv_.notify_all();
+    }
     if (exit_now) break;
 
     const bool timing = phase_clock_.on();
@@ -880,6 +893,10 @@ void EngineImpl::run() {
     stream->running_.reset();
     stream->next_.reset();
     release_resources(*stream);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop_exited_ = true;
   }
   done_cv_.notify_all();
 }

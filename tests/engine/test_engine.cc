@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -211,6 +212,37 @@ TEST(Engine, AbortUnblocksSynchronizeAtOnce) {
     EXPECT_LT(waited, 1.0);
     EXPECT_EQ(rig.engine->error().code(), ZRT_REMOTE_ERROR);
     ASSERT_OK(rig.bootstrap->barrier());
+  });
+}
+
+// A stream destroyed after the communicator failed is let go only once the progress thread
+// has finished with its running task: its synchronize returns the failure at once, and the
+// caller then frees what the task works on (a partition's copy into a bucket ran on freed
+// memory: a survivor's segfault after a peer was killed, shm_leftovers).
+TEST(Engine, DestroyingAFailedStreamWaitsForItsRunningTask) {
+  expect_ranks_pass(1, [](int rank, int size) {
+    auto entered = std::make_shared<std::atomic<bool>>(false);
+    auto returned = std::make_shared<std::atomic<bool>>(false);
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "destroy_failed"));
+    Stream* copy = nullptr;
+    ASSERT_OK(rig.engine->create_stream(ZRT_MEM_HOST, &copy));
+    // The stimulus: a task that is still running when the failure lands (the sleep stands for
+    // a long copy; the abort comes as soon as it has begun).
+    ASSERT_OK(copy->enqueue_host_function(
+        [entered, returned] {
+          *entered = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          *returned = true;
+          return Status::ok();
+        },
+        "long copy"));
+    ASSERT_TRUE(wait_until([&] { return entered->load(); }, std::chrono::seconds(10),
+                           "the host function starts"));
+    rig.engine->abort(Status(ZRT_REMOTE_ERROR, "a peer died"));
+    EXPECT_EQ(copy->synchronize().code(), ZRT_REMOTE_ERROR);
+    EXPECT_EQ(rig.engine->destroy_stream(copy).code(), ZRT_REMOTE_ERROR);
+    EXPECT_TRUE(returned->load()) << "destroy_stream returned while the stream's task ran";
   });
 }
 
