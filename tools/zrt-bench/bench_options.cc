@@ -252,7 +252,8 @@ Status parse_bench_options(int argc, const char* const* argv, BenchOptions* opti
   app.add_option("-m,--memory", mem, "memory kind of the buffers: host or cuda (default host)");
   app.add_option("--json", options->json_path,
                  "write every row, the settings and the topology as JSON to FILE (- = stdout, "
-                 "instead of the table)");
+                 "instead of the table; everything else written there, UCX's log included, "
+                 "then goes to stderr)");
   app.add_option("--plot", options->plot_path,
                  "write an SVG of bus bandwidth against size, one line per collective");
   bool no_progress = false;

@@ -1,6 +1,10 @@
 // zrt-bench: collective bandwidth in nccl-tests' columns. See --help.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -25,6 +29,24 @@ bool env_says_rank0() {
   return true;
 }
 
+// With --json -, stdout carries the report alone: UCX writes its warnings to stdout (a line
+// such as "[1796353343.569591] [host:pid:0] tag_match.c:62 UCX WARN ..." at teardown, which
+// broke the report's JSON for a reader of rank 0's output). The report keeps a copy of stdout;
+// stdout itself then points at stderr, before the communicator exists. Returns the copy's
+// FILE*, or nullptr with errno set.
+FILE* keep_stdout_for_the_report() {
+  std::fflush(stdout);
+  const int report = dup(STDOUT_FILENO);
+  if (report < 0) return nullptr;
+  if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    const int error = errno;
+    close(report);
+    errno = error;
+    return nullptr;
+  }
+  return fdopen(report, "w");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,6 +63,15 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
 
+  FILE* report = stdout;
+  if (options.json_path == "-") {
+    report = keep_stdout_for_the_report();
+    if (report == nullptr) {
+      fmt::print(stderr, "zrt-bench: --json -: cannot keep stdout for the report: {}\n",
+                 std::strerror(errno));
+      return kExitFailure;
+    }
+  }
   std::vector<BenchRow> rows;
   RunInfo info;
   bool rank0 = false;
@@ -65,7 +96,11 @@ int main(int argc, char** argv) {
   if (!options.json_path.empty()) {
     std::string text = rows_to_json(options, info, rows).dump(2) + "\n";
     if (options.json_path == "-") {
-      fmt::print("{}", text);
+      fmt::print(report, "{}", text);
+      if (std::fflush(report) != 0) {
+        fmt::print(stderr, "zrt-bench: --json -: {}\n", std::strerror(errno));
+        return kExitFailure;
+      }
     } else {
       status = zrt::tools::write_text_file(options.json_path, text);
       if (!status.is_ok()) {
