@@ -302,8 +302,13 @@ std::string AlgorithmTable::format() const {
 
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
                              int ranks, uint64_t bytes, Unavailable unavailable) {
+  // Most calls force nothing: the scan compared "auto" with every name of the op, a strlen each,
+  // on the path of every small collective (perf: 2.4% of an 8-byte all-reduce's samples).
+  const bool forces = !forced.empty() && forced != "auto";
   for (const AlgorithmInfo& info : kAlgorithms) {
-    if (info.op == op && forced == info.name && !unavailable.has(forced)) return info.name;
+    if (forces && info.op == op && forced == info.name && !unavailable.has(forced)) {
+      return info.name;
+    }
   }
   if (table != nullptr) {
     if (const char* name = table->find(op, ranks, bytes, unavailable)) return name;
