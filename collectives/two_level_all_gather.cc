@@ -23,9 +23,9 @@ Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
     cross_output_[ring].assign(hosts, nullptr);
     cross_length_[ring].assign(hosts, 0);
   }
-  host_ring_.init(&host_members_, local_, kMessageBytes, element_size_);
+  host_ring_.init(&host_members_, local_, kHostMessageBytes, element_size_);
   for (SubringGather& ring : cross_rings_) {
-    ring.init(&cross_members_, host_, kMessageBytes, element_size_);
+    ring.init(&cross_members_, host_, kCrossMessageBytes, element_size_);
   }
   chunk_elems_ = std::max<size_t>(1, kChunkBytes / element_size_);
   chunks_ = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;

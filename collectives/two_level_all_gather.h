@@ -33,12 +33,16 @@ inline constexpr uint32_t kTwoLevelGatherTags = 0x8000;
 
 class TwoLevelAllGather final : public Phase {
  public:
-  // 2 MiB chunks in 512 KiB messages: with kCrossRings rings, up to 4 MiB in flight on each
-  // connection across hosts (the flat ring keeps 8 x 1 MiB in flight and, at load 6-12, drove
-  // the link twice as hard as main's two-level 4 x 128 KiB did).
+  // 2 MiB chunks, each one message across hosts, with kCrossRings rings in flight on each
+  // connection (the flat ring keeps 8 x 1 MiB in flight and, at load 6-12, drove the link
+  // twice as hard as main's two-level 4 x 128 KiB did). Over tcp fewer, larger messages cost
+  // less CPU per byte: whole chunks instead of 512 KiB messages took 64 MiB across 2 hosts x 2
+  // from 52-53 to 49 ms, side by side (bench/multihost/link_profile.py). The host's tagged
+  // ring (ZRT_WINDOWS=0) keeps 512 KiB messages.
   static constexpr size_t kChunkBytes = size_t{2} << 20;
   static constexpr int kCrossRings = 2;
-  static constexpr size_t kMessageBytes = size_t{512} << 10;
+  static constexpr size_t kCrossMessageBytes = kChunkBytes;
+  static constexpr size_t kHostMessageBytes = size_t{512} << 10;
 
   TwoLevelAllGather(const void* own, void* output, BlockLayout layout, size_t element_size,
                     HostGrid grid, uint32_t tag_offset, bool host_windows)

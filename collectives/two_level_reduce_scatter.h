@@ -45,8 +45,10 @@ class TwoLevelReduceScatter final : public Phase {
   static constexpr int kDepth = kCrossRings + 1;
   static constexpr size_t kSlotBytes = size_t{128} << 10;
   // Messages across two hosts, where the ring needs no slots (SubringReduce::scratch_bytes):
-  // a staging chunk (682 KiB with windows) travels as 3, all in flight at once.
-  static constexpr size_t kPairMessageBytes = size_t{256} << 10;
+  // a staging chunk (682 KiB with windows) travels whole. Over tcp fewer, larger messages cost
+  // less CPU per byte: whole chunks instead of 256 KiB messages took 64 MiB across 2 hosts x 2
+  // from 57-59 to 47-54 ms, side by side (bench/multihost/link_profile.py).
+  static constexpr size_t kPairMessageBytes = size_t{1} << 20;
 
   TwoLevelReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
                         HostGrid grid, uint32_t tag_offset, bool host_windows)
