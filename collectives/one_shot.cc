@@ -4,6 +4,10 @@
 #include <atomic>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <fmt/format.h>
 
 #include "collectives/order_check.h"
@@ -21,9 +25,12 @@ namespace {
 // per peer and call. A deposit of at most 8 bytes (a vote, a norm, an 8-byte all-reduce) lies
 // in the header line's last word: the reduction's load of it was a miss of its own, 17% of an
 // 8-byte all-reduce's samples (perf).
-constexpr size_t kControlBytes = 128;
+constexpr size_t kControlBytes = 256;
 constexpr size_t kFinishedOffset = 0;
 constexpr size_t kCallOffset = 64;  // the collective number + 1, then its fingerprint
+// A tiny deposit's line per parity: its tag word (the collective number + 1 and a hash of the
+// call) and its 8 data bytes, stored and loaded as one 16-byte access (tiny_load / tiny_store).
+constexpr size_t kTinyOffset = 128;
 constexpr size_t kCallFingerprintWords = (sizeof(OrderFingerprint) + 7) / 8;
 static_assert(kCallOffset + sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes);
 constexpr size_t kHeaderBytes = 64;
@@ -52,6 +59,9 @@ constexpr uint32_t kKeyTag = 0x7ffd;
 
 uint64_t* finished_word(char* arena) {
   return reinterpret_cast<uint64_t*>(arena + kFinishedOffset);
+}
+char* tiny_pair(char* arena, uint64_t parity) {
+  return arena + kTinyOffset + parity * 64;
 }
 uint64_t* call_word(char* arena) {
   return reinterpret_cast<uint64_t*>(arena + kCallOffset);
@@ -87,6 +97,74 @@ void store_relaxed(uint64_t* word, uint64_t value) {
   std::atomic_ref<uint64_t>(*word).store(value, std::memory_order_relaxed);
 }
 
+// Tiny deposits (at most 8 bytes, not cma) travel with their flag in one 16-byte store, the
+// shape of NCCL's LL protocol: processors with AVX carry out aligned 16-byte loads and stores
+// atomically (Intel SDM vol. 3A 9.1.1; AMD APM vol. 2 7.3.2), so a reader that sees the tag sees
+// the data, and touches one line of the writer's: a header with `published`, fingerprint and
+// byte count written as separate stores on the line a reader spins on cost the 8-byte
+// all-reduce a second transfer of that line per call (perf: half its samples outside the waits
+// stalled on the first load of a peer's data after `published`). Elsewhere the header path.
+bool tiny_supported() {
+#if defined(__x86_64__)
+  static const bool avx = __builtin_cpu_supports("avx");
+  return avx;
+#else
+  return false;
+#endif
+}
+
+struct TinyPair {
+  uint64_t tag;
+  uint64_t data;
+};
+
+// Inline assembly, so that the compiler neither splits the access into two 8-byte ones (which
+// it did with the intrinsics, a reader then seeing a tag before its data) nor moves memory
+// accesses across it.
+TinyPair tiny_load(const char* pair) {
+  TinyPair value{0, 0};
+#if defined(__x86_64__)
+  __m128i bits;
+  asm volatile("movdqa %1, %0"
+               : "=x"(bits)
+               : "m"(*reinterpret_cast<const __m128i*>(pair))
+               : "memory");
+  value.tag = static_cast<uint64_t>(_mm_cvtsi128_si64(bits));
+  value.data = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(bits, bits)));
+#else
+  (void)pair;
+#endif
+  return value;
+}
+
+void tiny_store(char* pair, const TinyPair& value) {
+#if defined(__x86_64__)
+  const __m128i bits =
+      _mm_set_epi64x(static_cast<long long>(value.data), static_cast<long long>(value.tag));
+  asm volatile("movdqa %1, %0" : "=m"(*reinterpret_cast<__m128i*>(pair)) : "x"(bits) : "memory");
+#else
+  (void)pair;
+  (void)value;
+#endif
+}
+
+// The tag: the collective number + 1 in the low half, a hash of what ranks must agree on (the
+// fields fingerprints_match compares, and the byte count) in the high half. A peer whose tag
+// has our number but another hash runs another call: the header then names both.
+uint64_t tiny_tag(uint64_t sequence, const OrderFingerprint& call, uint64_t bytes_word) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  };
+  mix(call.count);
+  mix(uint64_t{call.kind} | uint64_t{call.dtype} << 8 | uint64_t{call.op} << 16 |
+      uint64_t{call.purpose} << 24);
+  mix(uint64_t{static_cast<uint32_t>(call.root)} << 32 | static_cast<uint32_t>(call.purpose_id));
+  mix(bytes_word);
+  return ((sequence + 1) & 0xffffffffull) | (h ^ h >> 32) << 32;
+}
+
 }  // namespace
 
 size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size,
@@ -119,6 +197,7 @@ Status OneShotPhase::start(TaskContext& context, CollTask&) {
   OneShotArena& arena = context.resources->one_shot;
   sequence_ = arena.next++;
   step_ = arena.ready ? Step::kCredit : Step::kHandshake;
+  tiny_ = peer_pids_ == nullptr && deposit_bytes_ <= sizeof(uint64_t) && tiny_supported();
   return Status::ok();
 }
 
@@ -189,6 +268,7 @@ Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready
     arena.peer_keys.assign(n, std::vector<uint8_t>(sizeof(address) + kWindowKeyMaxBytes));
     arena.ranks.assign(n, nullptr);
     arena.peer_finished.assign(n, 0);
+    arena.tiny_values.assign(n, 0);
     key_sends_.assign(n, PostedOp{});
     key_recvs_.assign(n, PostedOp{});
     for (int peer = 0; peer < n; ++peer) {
@@ -271,7 +351,13 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   const uint64_t bytes = expected_bytes_word();
   std::memcpy(mine + kFingerprintOffset, &fingerprint, sizeof(fingerprint));
   std::memcpy(mine + kBytesOffset, &bytes, sizeof(bytes));
-  if (peer_pids_ != nullptr) {
+  if (tiny_) {
+    tiny_tag_ = tiny_tag(sequence_, fingerprint, bytes);
+    TinyPair pair{tiny_tag_, 0};
+    if (deposit_bytes_ > 0) std::memcpy(&pair.data, input_, deposit_bytes_);
+    arena.tiny_values[context.rank] = pair.data;
+    tiny_store(tiny_pair(arena.own, parity), pair);
+  } else if (peer_pids_ != nullptr) {
     const uint64_t source = reinterpret_cast<uintptr_t>(input_);
     std::memcpy(mine + kSourceOffset, &source, sizeof(source));
   } else if (deposit_bytes_ > 0) {
@@ -294,37 +380,66 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
   for (; next_peer_ < context.size; ++next_peer_) {
     if (next_peer_ == context.rank) continue;
     char* arena = own.ranks[next_peer_];
-    if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
-      // A peer's announced call is looked at every 64th look only: on every look it took 9% of
-      // an 8-byte all-reduce's time (perf), for a mismatch that is an error.
-      if (task.fingerprint_on() &&
-          unpublished_looks_++ % kLooksPerCallCheck == kFirstCallCheckLook) {
-        ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+    if (tiny_) {
+      const TinyPair pair = tiny_load(tiny_pair(arena, parity));
+      if (pair.tag != tiny_tag_) {
+        // Our number with another hash: another call, which the header names.
+        if ((pair.tag ^ tiny_tag_) << 32 == 0) {
+          ZRT_RETURN_IF_ERROR(check_header(context, task, next_peer_, slot(arena, parity)));
+          return Status::error(ZRT_INVALID_USAGE,
+                               "one-shot: rank {} runs another call as collective {} of stream {}",
+                               next_peer_, sequence_, context.stream_index);
+        }
+        ZRT_RETURN_IF_ERROR(unpublished(context, task, arena, parity));
+        return Status::ok();
       }
-      task.note_waiting(next_peer_);
+      own.tiny_values[next_peer_] = pair.data;
+    } else if (load_acquire(published_word(arena, parity)) != sequence_ + 1) {
+      ZRT_RETURN_IF_ERROR(unpublished(context, task, arena, parity));
       return Status::ok();
+    } else {
+      ZRT_RETURN_IF_ERROR(check_header(context, task, next_peer_, slot(arena, parity)));
     }
     own.peer_finished[next_peer_] = std::max(own.peer_finished[next_peer_], sequence_);
-    const char* header = slot(arena, parity);
-    if (task.fingerprint_on()) {
-      OrderFingerprint fingerprint;
-      std::memcpy(&fingerprint, header + kFingerprintOffset, sizeof(fingerprint));
-      ZRT_RETURN_IF_ERROR(
-          task.check_fingerprint(&fingerprint, sizeof(OrderFingerprint), next_peer_));
-    }
-    uint64_t bytes = 0;
-    std::memcpy(&bytes, header + kBytesOffset, sizeof(bytes));
-    if (bytes != expected_bytes_word()) {
-      return Status::error(
-          ZRT_REMOTE_ERROR,
-          "one-shot: rank {} deposited {} bytes{} for collective {} of stream {}, "
-          "expected {}{} (mismatched collective arguments across ranks?)",
-          next_peer_, bytes & ~kPeerReadMark, (bytes & kPeerReadMark) != 0 ? " by cma" : "",
-          sequence_, context.stream_index, deposit_bytes_, peer_pids_ != nullptr ? " by cma" : "");
-    }
     task.advanced();
   }
   *all = true;
+  return Status::ok();
+}
+
+// A peer that has not published (as this rank expects) may run this collective by another
+// algorithm, or, waited for as a tiny deposit, deposit by the header: both are mismatches,
+// looked for every 64th look only (on every look the announcement took 9% of an 8-byte
+// all-reduce's time, perf).
+Status OneShotPhase::unpublished(TaskContext& context, CollTask& task, char* arena,
+                                 uint64_t parity) {
+  if (unpublished_looks_++ % kLooksPerCallCheck == kFirstCallCheckLook) {
+    if (task.fingerprint_on()) ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+    if (tiny_ && load_acquire(published_word(arena, parity)) == sequence_ + 1) {
+      ZRT_RETURN_IF_ERROR(check_header(context, task, next_peer_, slot(arena, parity)));
+    }
+  }
+  task.note_waiting(next_peer_);
+  return Status::ok();
+}
+
+Status OneShotPhase::check_header(TaskContext& context, CollTask& task, int peer,
+                                  const char* header) const {
+  if (task.fingerprint_on()) {
+    OrderFingerprint fingerprint;
+    std::memcpy(&fingerprint, header + kFingerprintOffset, sizeof(fingerprint));
+    ZRT_RETURN_IF_ERROR(task.check_fingerprint(&fingerprint, sizeof(OrderFingerprint), peer));
+  }
+  uint64_t bytes = 0;
+  std::memcpy(&bytes, header + kBytesOffset, sizeof(bytes));
+  if (bytes != expected_bytes_word()) {
+    return Status::error(
+        ZRT_REMOTE_ERROR,
+        "one-shot: rank {} deposited {} bytes{} for collective {} of stream {}, "
+        "expected {}{} (mismatched collective arguments across ranks?)",
+        peer, bytes & ~kPeerReadMark, (bytes & kPeerReadMark) != 0 ? " by cma" : "", sequence_,
+        context.stream_index, deposit_bytes_, peer_pids_ != nullptr ? " by cma" : "");
+  }
   return Status::ok();
 }
 
@@ -365,12 +480,11 @@ Status OneShotPhase::check_announced_call(CollTask& task, int peer, char* arena)
 void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
                                         char* out) const {
   if (count == 0) return;
-  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
   const uint64_t parity = sequence_ & 1;
   const int n = context.size;
   const size_t offset = first * spec_.element_size;
   auto input = [&](int step) {  // the input the ring adds at `step` (1: the block's first)
-    return slot_data(ranks, ring_mod(block + step, n), parity, deposit_bytes_) + offset;
+    return deposit_of(context, ring_mod(block + step, n), parity) + offset;
   };
   reduce_chunk(spec_, input(1), spec_.scale, input(2), spec_.scale, out, count);
   for (int step = 3; step <= n; ++step) {
@@ -410,8 +524,14 @@ bool OneShotPhase::drained(TaskContext& context, CollTask& task) {
   return true;
 }
 
+// Where rank `rank`'s deposit is read: its copy in tiny_values, else its slot.
+const char* OneShotPhase::deposit_of(TaskContext& context, int rank, uint64_t parity) const {
+  OneShotArena& arena = context.resources->one_shot;
+  if (tiny_) return reinterpret_cast<const char*>(&arena.tiny_values[rank]);
+  return slot_data(arena.ranks, rank, parity, deposit_bytes_);
+}
+
 Status OneShotPhase::assemble(TaskContext& context) {
-  const std::vector<char*>& ranks = context.resources->one_shot.ranks;
   const uint64_t parity = sequence_ & 1;
   const int n = context.size;
   const size_t bytes = count_ * spec_.element_size;
@@ -421,7 +541,7 @@ Status OneShotPhase::assemble(TaskContext& context) {
     for (int rank = 0; rank < n; ++rank) {
       char* out = output_ + static_cast<size_t>(rank) * bytes;
       if (rank != context.rank) {
-        std::memcpy(out, slot_data(ranks, rank, parity, deposit_bytes_), bytes);
+        std::memcpy(out, deposit_of(context, rank, parity), bytes);
       } else if (out != input_) {
         std::memcpy(out, input_, bytes);
       }
@@ -442,11 +562,11 @@ Status OneShotPhase::assemble(TaskContext& context) {
     }
     return Status::ok();
   }
-  reduce_chunk(spec_, slot_data(ranks, 0, parity, deposit_bytes_), spec_.scale,
-               slot_data(ranks, 1, parity, deposit_bytes_), spec_.scale, output_, count_);
+  reduce_chunk(spec_, deposit_of(context, 0, parity), spec_.scale, deposit_of(context, 1, parity),
+               spec_.scale, output_, count_);
   for (int rank = 2; rank < n; ++rank) {
-    reduce_chunk(spec_, output_, 1.0, slot_data(ranks, rank, parity, deposit_bytes_), spec_.scale,
-                 output_, count_);
+    reduce_chunk(spec_, output_, 1.0, deposit_of(context, rank, parity), spec_.scale, output_,
+                 count_);
   }
   return Status::ok();
 }

@@ -98,6 +98,9 @@ class OneShotPhase final : public Phase {
   bool credited(TaskContext& context, CollTask& task);
   void deposit(TaskContext& context, CollTask& task);
   Status published(TaskContext& context, CollTask& task, bool* all);
+  Status unpublished(TaskContext& context, CollTask& task, char* arena, uint64_t parity);
+  Status check_header(TaskContext& context, CollTask& task, int peer, const char* header) const;
+  const char* deposit_of(TaskContext& context, int rank, uint64_t parity) const;
   Status check_announced_call(CollTask& task, int peer, char* arena) const;
   Status assemble(TaskContext& context);
   // cma: copies every peer's block out of its process into the output.
@@ -121,7 +124,9 @@ class OneShotPhase final : public Phase {
   Step step_ = Step::kHandshake;
   uint64_t sequence_ = 0;  // k: this collective's one-shot number on the stream
   size_t deposit_bytes_ = 0;
-  int next_peer_ = 0;  // the wait's cursor: peers below it have published
+  int next_peer_ = 0;      // the wait's cursor: peers below it have published
+  bool tiny_ = false;      // a deposit of at most 8 bytes, with its tag in one 16-byte store
+  uint64_t tiny_tag_ = 0;  // this call's tag, alike on every rank that runs the same call
   uint32_t unpublished_looks_ = 0;
   Status error_;  // sticky: a progress call after a failure fails the same way
   std::vector<PostedOp> key_sends_;

@@ -64,6 +64,9 @@ struct OneShotArena {
   // collective k has finished k - 1, so the credit for k + 1 needs no load of its word (one
   // cross-core cache miss fewer per call).
   std::vector<uint64_t> peer_finished;
+  // Per rank, the current tiny deposit (at most 8 bytes, collectives/one_shot.cc), copied out
+  // of its 16-byte pair.
+  std::vector<uint64_t> tiny_values;
 };
 
 // A send to one's own rank, waiting for the matching receive later on the same stream.
