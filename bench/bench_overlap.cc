@@ -46,7 +46,10 @@
 // so the step grows by less than the pass. For rank 0's median offloaded step it prints where
 // the step call's time went, from the flight recorder's records of it
 // (lib/partition/step_trace.h): the per-segment waits for the gradients, the callbacks and the
-// conversions back, summed, then the backup, the drain, the vote and the publish.
+// conversions back, summed, then the backup, the drain, the vote and the publish. The same
+// rounds time the offloaded step armed with zrt_partition_step_in_backward before its forward,
+// so the callbacks run on zrt's thread during backward: its growth over the plain step, as a
+// multiple of the pass, is what the optimizer during backward leaves exposed.
 //
 // The default model is 16 units (layers) of 4 MiB, 64 MiB in all. Some communication is exposed
 // whatever the overlap: the first unit's gather after the optimizer (stage 2: the step's
@@ -57,6 +60,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -163,6 +167,11 @@ struct Timeline {
 struct Framework {
   bool host = false;
   bool cpu_optimizer = false;  // offload: the optimizer is the host SGD even in device-like mode
+  // offload: zrt_partition_step_in_backward before the step's forward, so the callbacks run on
+  // zrt's thread during backward; their time is summed in callback_ns (the timeline belongs to
+  // the training thread) and added to the step's spans after it.
+  bool in_backward = false;
+  std::atomic<int64_t>* callback_ns = nullptr;
   Timeline* timeline = nullptr;
 };
 
@@ -173,9 +182,16 @@ void host_sgd(float* master, const float* grad, size_t count) {
 // The framework's optimizer, called by zrt_partition_step (user_data: the Framework).
 zrt_status_t optimizer(const zrt_optimizer_args_t* args, void* user_data) {
   const auto* framework = static_cast<const Framework*>(user_data);
-  framework->timeline->time("  optimizer", -1, [args, framework] {
-    if (framework->host || framework->cpu_optimizer)
-      host_sgd(args->master, args->grad, args->count);
+  const bool sgd = framework->host || framework->cpu_optimizer;
+  if (framework->in_backward) {
+    const auto start = Clock::now();
+    if (sgd) host_sgd(args->master, args->grad, args->count);
+    framework->callback_ns->fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+    return ZRT_SUCCESS;
+  }
+  framework->timeline->time("  optimizer", -1, [args, framework, sgd] {
+    if (sgd) host_sgd(args->master, args->grad, args->count);
   });
   return ZRT_SUCCESS;
 }
@@ -216,6 +232,12 @@ double train_step(Model& m, size_t numel, std::chrono::microseconds compute,
   tl.spans.clear();
   const bool zrt = m.pm != nullptr;
   const int units = m.units;
+  void* self = const_cast<Framework*>(&framework);
+  if (zrt && framework.in_backward) {
+    framework.callback_ns->store(0);
+    tl.time("step_in_backward", -1,
+            [&] { CHECK_ZRT(zrt_partition_step_in_backward(m.pm, optimizer, self)); });
+  }
   for (int u = 0; u < units; ++u) {
     if (zrt) tl.time("fetch", u, [&] { CHECK_ZRT(zrt_partition_fetch(m.pm, u)); });
     tl.time("compute", u, [&] { std::this_thread::sleep_for(compute); });
@@ -236,9 +258,12 @@ double train_step(Model& m, size_t numel, std::chrono::microseconds compute,
     if (zrt) tl.time("release", u, [&] { CHECK_ZRT(zrt_partition_release(m.pm, u)); });
   }
   if (zrt) {
-    tl.time("step", -1, [&] {
-      CHECK_ZRT(zrt_partition_step(m.pm, optimizer, const_cast<Framework*>(&framework)));
-    });
+    tl.time("step", -1, [&] { CHECK_ZRT(zrt_partition_step(m.pm, optimizer, self)); });
+    if (framework.in_backward) {
+      // The callbacks ran on zrt's thread, in the step and before it.
+      tl.spans.push_back(
+          {"  optimizer", -1, 0.0, static_cast<double>(framework.callback_ns->load()) / 1e6});
+    }
   } else {
     // Master and gradient of the shard (units x numel / 2 each), as the optimizer sees them.
     const size_t shard = static_cast<size_t>(units) * numel / 2;
@@ -330,6 +355,7 @@ struct Kind {
   bool cpu_optimizer = false;  // Framework::cpu_optimizer for this kind's steps
   bool breakdown = false;      // offloaded: rank 0 prints the median step's offload_breakdown
   std::vector<std::string> breakdowns{};
+  bool in_backward = false;  // Framework::in_backward for this kind's steps
 };
 
 // Runs rounds + 2 rounds (the first two record the fetch order and warm up), each two steps of
@@ -343,6 +369,8 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
   Timeline tl;
   tl.on = true;  // the framework's share of the step is read from the spans
   framework.timeline = &tl;
+  std::atomic<int64_t> callback_ns{0};
+  framework.callback_ns = &callback_ns;
   auto barrier = [&] {
     CHECK_ZRT(zrt_barrier(comm, sync));
     CHECK_ZRT(zrt_stream_synchronize(sync));
@@ -356,6 +384,7 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
         // A step counts until the barrier after it: work zrt left running when the step
         // returned would otherwise hide in the barrier's wait.
         framework.cpu_optimizer = kind.cpu_optimizer;
+        framework.in_backward = kind.in_backward;
         train_step(*kind.model, numel, kind.compute, framework, scratch);
         tl.time("barrier", -1, barrier);
       }
@@ -376,7 +405,8 @@ std::vector<Figure> measure(zrt_comm_t comm, zrt_stream_t sync, std::vector<Kind
     const size_t median = order[order.size() / 2];
     if (kind.print && show) print_timeline(kind.timelines[median], kind.times[median]);
     if (kind.breakdown) {
-      std::printf("  offloaded step, %s (rank 0, its median step), ms: %s\n",
+      std::printf("  offloaded step%s, %s (rank 0, its median step), ms: %s\n",
+                  kind.in_backward ? " (optimizer in backward)" : "",
                   kind.compute.count() > 0 ? "balanced" : "no compute",
                   kind.breakdowns[median].c_str());
     }
@@ -439,7 +469,9 @@ void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units,
                  {&offloaded, per_unit, rank == 0, {}, {}, true, rank == 0, {}},
                  {&plain, us(0), false, {}, {}, false},
                  {&offloaded, us(0), false, {}, {}, true, rank == 0, {}},
-                 {&alone, us(0), false, {}, {}, true}},
+                 {&alone, us(0), false, {}, {}, true},
+                 {&offloaded, per_unit, false, {}, {}, true, rank == 0, {}, true},
+                 {&offloaded, us(0), false, {}, {}, true, rank == 0, {}, true}},
                 numel, framework, steps, scratch);
     const double pass_ms = f[4].framework_ms;
     if (rank == 0) {
@@ -456,6 +488,15 @@ void offload_comparison(zrt_comm_t comm, zrt_stream_t sync, int rank, int units,
           stage, units, numel, slots, pass_ms, f[0].step_ms, f[1].step_ms, f[1].framework_ms,
           balanced, balanced / f[1].framework_ms, balanced / pass_ms, f[2].step_ms, f[3].step_ms,
           f[3].framework_ms, bare, bare / f[3].framework_ms, bare / pass_ms);
+      // The optimizer run during backward (zrt_partition_step_in_backward), same rounds.
+      const double early = f[5].step_ms - f[0].step_ms;
+      const double early_bare = f[6].step_ms - f[2].step_ms;
+      std::printf(
+          "stage %d offload, optimizer in backward: balanced: step %.1f ms, callbacks %.1f ms, "
+          "growth %.1f ms = %.2f x the pass; no compute: step %.1f ms, callbacks %.1f ms, "
+          "growth %.1f ms = %.2f x the pass\n",
+          stage, f[5].step_ms, f[5].framework_ms, early, early / pass_ms, f[6].step_ms,
+          f[6].framework_ms, early_bare, early_bare / pass_ms);
       std::fflush(stdout);
     }
     CHECK_ZRT(zrt_partition_destroy(offloaded.pm));

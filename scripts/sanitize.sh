@@ -96,11 +96,11 @@ san_suite asan-ubsan build-asan "-Db_sanitize=address,undefined $sanitizer_args"
   --suite unit --suite multirank
 
 # TSan: the tests that run zrt's progress thread beside the caller's (engine, communicator,
-# transport, collectives, the order checker, the partition manager's overlap streams and its
-# rollback, the hardening tests that fail and abort communicators mid-collective) and the
-# rendezvous store server's threads (bootstrap). The exhaustive matrices (collectives_matrix,
-# the tools' and checkpoint's multi-rank runs) add minutes, not new thread interactions, so
-# they are left to the ASan run.
+# transport, collectives, the order checker, the partition manager's overlap streams, its
+# rollback and the offloaded optimizer's thread during backward, the hardening tests that fail
+# and abort communicators mid-collective) and the rendezvous store server's threads (bootstrap).
+# The exhaustive matrices (collectives_matrix, the tools' and checkpoint's multi-rank runs) add
+# minutes, not new thread interactions, so they are left to the ASan run.
 #
 # UCX_MEM_MMAP_HOOK_MODE=none: UCX's memory hooks patch glibc's mmap/munmap/madvise in place
 # ("bistro" mode). glibc calls madvise on a thread's stack as the thread exits, after TSan has
@@ -112,7 +112,8 @@ san_suite tsan build-tsan "-Db_sanitize=thread $sanitizer_args" \
   "UCX_MEM_MMAP_HOOK_MODE=none
    TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
   "engine comm_unit comm_multirank collectives_behaviour c_api_collectives ucx_p2p checker
-   test_partition_multirank test_partition_rollback bootstrap_unit bootstrap_multirank api_common
+   test_partition_multirank test_partition_rollback test_partition_offload bootstrap_unit
+   bootstrap_multirank api_common
    dead_peers abort_release api_misuse api_misuse_unit"
 
 # Fuzzing: every libFuzzer target for a bounded 20 s from its committed seeds (clang build).

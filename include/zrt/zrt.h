@@ -684,7 +684,8 @@ ZRT_API zrt_status_t zrt_partition_grad_data(zrt_partition_t pm, int param, void
 
 /* Whether the coming micro-batch reduces its gradients (1, the default) or only accumulates
  * them locally (0: stages 0/1, or 2/3 with no_sync_accumulation). Between micro-batches. Local.
- * Errors: ZRT_INVALID_USAGE (in the middle of a backward, or no-sync unavailable). */
+ * Errors: ZRT_INVALID_USAGE (in the middle of a backward, or no-sync unavailable, or 0 while
+ * the step is armed by zrt_partition_step_in_backward). */
 ZRT_API zrt_status_t zrt_partition_set_sync(zrt_partition_t pm, int sync);
 
 /* The unit's gradients are written: zrt accumulates them and starts the reduction of every
@@ -699,7 +700,7 @@ ZRT_API zrt_status_t zrt_partition_grad_ready(zrt_partition_t pm, int unit);
 /* The global L2 norm of the reduced gradients (sum of squares in f64) and whether any element
  * is inf or NaN, after waiting for all reductions. Either output may be NULL (not both).
  * Collective (one all-reduce). Errors: ZRT_INVALID_ARGUMENT (both NULL), ZRT_INVALID_USAGE
- * (gradients incomplete). */
+ * (gradients incomplete; the step armed by zrt_partition_step_in_backward). */
 ZRT_API zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_nonfinite);
 
 /* Shard elements [shard_offset, shard_offset + count) are published from `count` param_dtype
@@ -755,12 +756,31 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * optimizer), ZRT_INVALID_USAGE (some unit's gradients missing, no synchronised micro-batch,
  * units still fetched), the optimizer's status (of the lowest failing rank; ZRT_CALLBACK_ERROR
  * with the message of zrt_callback_error, or naming a value outside zrt_status_t, on every
- * rank), ZRT_REMOTE_ERROR (naming the ranks that failed). With offload_optimizer = 1 each
+ * rank), ZRT_REMOTE_ERROR (naming the ranks that failed); after
+ * zrt_partition_step_in_backward, ZRT_INVALID_ARGUMENT also for another optimizer or user_data
+ * than it was given. With offload_optimizer = 1 each
  * segment's optimizer runs as its reduction finishes, before all reductions are known to have
  * succeeded; with a backup any failure on any rank still restores every rank, and every rank
  * returns the lowest failing rank's status. docs/API.md details the transaction. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
+
+/* With offload_optimizer = 1: registers the coming step's optimizer before its backward, so
+ * that each segment's callback runs during the backward of the next micro-batch (which must
+ * be the step's last and synchronised) on a thread of zrt's, as soon as that segment's
+ * reduction is done, while the framework computes the rest; zrt_partition_step (with the same
+ * optimizer and user_data, which must stay valid until it returns) then only waits for the
+ * remaining segments, votes and publishes, with the same all-or-nothing guarantee (a failure
+ * on any rank restores every rank from the backup). Called on another thread, the callback
+ * must not use state the framework's training thread changes meanwhile; its arguments are as
+ * with offload_optimizer. Between arming and the step: no grad_norm (clip without arming),
+ * no set_sync(0), load_param or checkpoint, and no micro-batch after the armed one. Local.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL optimizer), ZRT_INVALID_USAGE (offload_optimizer or
+ * step_backup is 0, already armed, in the middle of a backward, set_sync(0) pending),
+ * ZRT_UNSUPPORTED (mem_kind ZRT_MEM_CUDA: zrt_partition_step alone overlaps there),
+ * ZRT_SYSTEM_ERROR (zrt's thread could not start). */
+ZRT_API zrt_status_t zrt_partition_step_in_backward(zrt_partition_t pm, zrt_optimizer_fn optimizer,
+                                                    void* user_data);
 
 /* Bytes this rank holds, per category (docs/API.md gives the ZeRO formula behind
  * theoretical_model_state). */

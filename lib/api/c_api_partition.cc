@@ -238,6 +238,16 @@ zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, 
   });
 }
 
+zrt_status_t zrt_partition_step_in_backward(zrt_partition_t pm, zrt_optimizer_fn optimizer,
+                                            void* user_data) {
+  ZRT_API_BODY("zrt_partition_step_in_backward", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return zrt::api::traced_partition_call(pm, "step_in_backward", -1, [&] {
+      return pm->impl->step_in_backward(optimizer, user_data);
+    });
+  });
+}
+
 zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memory_t* memory) {
   ZRT_API_BODY("zrt_partition_memory", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));

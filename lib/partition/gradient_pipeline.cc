@@ -191,6 +191,7 @@ Status GradientPipeline::reduce_segment(int segment, void* data) {
     // Offload: the step starts this segment's copy to the host and its optimizer here.
     ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[segment]->record(rs));
     reduce_order_.push_back(segment);
+    if (sync_ && on_reduced_) ZRT_RETURN_IF_ERROR(on_reduced_(segment));
   }
   return Status::ok();
 }
@@ -207,6 +208,7 @@ Status GradientPipeline::begin_microbatch() {
   }
   if (sync_) reduce_order_.clear();  // this micro-batch's reductions are the ones that count
   microbatch_started_ = true;
+  ++microbatches_begun_;
   grads_prepared_ = false;
   return Status::ok();
 }
@@ -562,40 +564,53 @@ bool GradientPipeline::optimizer_reads_reduced() const {
          ctx_.policy.grad_home() == GradHome::kShard;
 }
 
-Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCopies* how) {
-  ZRT_RETURN_IF_ERROR(check_complete());
+std::vector<int> GradientPipeline::offload_order() const {
   // Segments in the order their reductions were enqueued (the order they finish in), then any
   // the last synchronised micro-batch did not reduce (none, unless it reduced nothing).
   std::vector<uint8_t> listed(ctx_.layout.segments().size(), 0);
-  order->clear();
+  std::vector<int> order;
+  order.reserve(listed.size());
   for (int s : reduce_order_) {
     if (listed[s]) continue;
     listed[s] = 1;
-    order->push_back(s);
+    order.push_back(s);
   }
   for (size_t s = 0; s < listed.size(); ++s) {
-    if (!listed[s]) order->push_back(static_cast<int>(s));
+    if (!listed[s]) order.push_back(static_cast<int>(s));
   }
-  if (grads_prepared_) {
-    *how = OffloadCopies::kDone;  // grad_norm made the whole gradient already
-    return Status::ok();
-  }
-  if (optimizer_reads_reduced()) {
-    // Host memory is where the optimizer runs: a copy would only cost the pass's bandwidth.
-    *how = OffloadCopies::kInPlace;
-    return Status::ok();
-  }
-  *how = OffloadCopies::kOnStream;
-  Stream& off = *ctx_.streams.offload;
+  return order;
+}
+
+OffloadCopies GradientPipeline::offload_copies() const {
+  if (grads_prepared_) return OffloadCopies::kDone;  // grad_norm made the whole gradient already
+  // Host memory is where the optimizer runs: a copy would only cost the pass's bandwidth.
+  if (optimizer_reads_reduced()) return OffloadCopies::kInPlace;
+  return OffloadCopies::kOnStream;
+}
+
+Status GradientPipeline::start_offload_copy(int segment) {
   ScopedBind bound(*ctx_.ops);
-  ZRT_RETURN_IF_ERROR(bound.bind(&off));
-  for (int s : *order) {
-    ZRT_RETURN_IF_ERROR(off.wait_event(*ctx_.streams.segment_reduced[s]));
-    ZRT_RETURN_IF_ERROR(copy_segment_to_host(s, off));
-    ZRT_RETURN_IF_ERROR(ctx_.streams.segment_copied[s]->record(off));
-  }
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.offload));
+  return enqueue_offload_copy(segment);
+}
+
+Status GradientPipeline::enqueue_offload_copy(int segment) {
+  Stream& off = *ctx_.streams.offload;
+  ZRT_RETURN_IF_ERROR(off.wait_event(*ctx_.streams.segment_reduced[segment]));
+  ZRT_RETURN_IF_ERROR(copy_segment_to_host(segment, off));
   // Whoever reads the copy waits for segment_copied (or the offload stream) first.
-  grads_prepared_ = true;
+  return ctx_.streams.segment_copied[segment]->record(off);
+}
+
+Status GradientPipeline::start_offload_copies(std::vector<int>* order, OffloadCopies* how) {
+  ZRT_RETURN_IF_ERROR(check_complete());
+  *order = offload_order();
+  *how = offload_copies();
+  if (*how != OffloadCopies::kOnStream) return Status::ok();
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.offload));
+  for (int s : *order) ZRT_RETURN_IF_ERROR(enqueue_offload_copy(s));
+  copies_started();
   return Status::ok();
 }
 

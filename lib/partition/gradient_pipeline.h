@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -68,6 +69,7 @@ class GradientPipeline {
   // Where the framework writes `param`'s gradient (the caller checked the unit may open).
   Status grad_data(int param, void** grad);
   void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
   // `unit`'s gradients are written (the caller checked it may signal).
   Status grad_ready(int unit);
 
@@ -84,6 +86,21 @@ class GradientPipeline {
   // segment_copied, so the progress thread makes it while the caller runs earlier segments'
   // optimizers.
   Status start_offload_copies(std::vector<int>* order, OffloadCopies* how);
+  // start_offload_copies in parts, for the optimizer run during backward: the segments in the
+  // order above (those reduced by the synchronised micro-batch so far, then the rest), how
+  // their slices reach the host, and one segment's copy (kOnStream); copies_started() once
+  // every segment's copy is enqueued.
+  std::vector<int> offload_order() const;
+  OffloadCopies offload_copies() const;
+  Status start_offload_copy(int segment);
+  void copies_started() { grads_prepared_ = true; }
+  // offload_optimizer: called on the training thread (inside grad_ready) once a synchronised
+  // micro-batch's reduction of a segment is enqueued and segment_reduced recorded after it;
+  // its failure is grad_ready's. Empty: none.
+  using ReducedListener = std::function<Status(int segment)>;
+  void set_reduced_listener(ReducedListener listener) { on_reduced_ = std::move(listener); }
+  // Micro-batches begun since the manager was made (the one in progress included).
+  uint64_t microbatches_begun() const { return microbatches_begun_; }
   // The f32 gradient the optimizer reads (after finish_reductions, or per segment as
   // start_offload_copies says).
   const float* optimizer_grad() const;
@@ -115,6 +132,8 @@ class GradientPipeline {
   Status reduce_segment(int segment, void* data);
   Status all_reduce_norm(bool both);
   Status copy_segment_to_host(int segment, Stream& stream);
+  // start_offload_copy with ctx_.ops bound to the offload stream by the caller.
+  Status enqueue_offload_copy(int segment);
   // The reduced gradient itself is the optimizer's f32 gradient: f32 reductions into the shard
   // (or the full buffer) where the optimizer's memory is the gradients' (no offload to a device
   // beside it) and no 1/N scaling is left to apply.
@@ -150,6 +169,8 @@ class GradientPipeline {
   double norm_buffer_[2] = {0, 0};
   // Offload: segments in the order the last synchronised micro-batch reduced them.
   std::vector<int> reduce_order_;
+  ReducedListener on_reduced_;
+  uint64_t microbatches_begun_ = 0;
 };
 
 }  // namespace zrt

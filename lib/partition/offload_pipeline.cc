@@ -67,61 +67,74 @@ Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& ord
   run->code = ZRT_SUCCESS;
   run->optimized = false;
   run->params_written = 0;
-  const PartitionBuffers& buf = ctx_.buffers;
-  const auto& segments = ctx_.layout.segments();
   // The conversions back go on the all-gather stream, ahead of the gathers that will publish
   // them, and not behind the later segments' gradient copies on the offload stream.
   ScopedBind bound(*ctx_.ops);
   ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
   for (int s : order) {
-    const Segment& seg = segments[s];
-    if (run->how == OffloadCopies::kOnStream) {
-      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
-        return ctx_.streams.segment_copied[s]->synchronize().with_context(
-            fmt::format("waiting for segment {}'s reduction and its copy to the host", s));
-      }));
-    } else if (run->how == OffloadCopies::kInPlace) {
-      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
-        return ctx_.streams.segment_reduced[s]->synchronize().with_context(
-            fmt::format("waiting for segment {}'s reduction", s));
-      }));
-    }
-    for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
-    zrt_optimizer_args_t args{};
-    args.size = sizeof(args);
-    args.master = buf.master + seg.shard_offset;
-    args.grad = grads.optimizer_grad() + seg.shard_offset;
-    args.state = state_.data();
-    args.num_state = static_cast<int>(state_.size());
-    args.count = seg.slice;
-    args.pieces = pieces_[s].data();
-    args.num_pieces = pieces_[s].size();
-    args.step = step;
-    // Offloaded master and state are host memory whatever the parameters are.
-    args.mem_kind = ZRT_MEM_HOST;
-    args.param_dtype = ctx_.options.param_dtype;
-    const zrt_param_span_t span{0, seg.slice, param_slice(s)};
-    int params_written = 0;
-    if (run->offer_params) {
-      args.param_spans = &span;
-      args.num_param_spans = 1;
-      args.params_written = &params_written;
-    }
-    run->optimized = true;
-    clear_callback_message();
-    Status own;
-    static_cast<void>(traced_step_part(ctx_.comm, kTraceOffloadOptimizer, s, [&] {
-      own = callback_result(optimizer(&args, user_data), "the optimizer callback");
-      return own;
+    ZRT_RETURN_IF_ERROR(run_bound_segment(grads, s, optimizer, user_data, step, run));
+  }
+  return Status::ok();
+}
+
+Status OffloadPipeline::run_segment(GradientPipeline& grads, int s, zrt_optimizer_fn optimizer,
+                                    void* user_data, int64_t step, Run* run) {
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
+  return run_bound_segment(grads, s, optimizer, user_data, step, run);
+}
+
+Status OffloadPipeline::run_bound_segment(GradientPipeline& grads, int s,
+                                          zrt_optimizer_fn optimizer, void* user_data, int64_t step,
+                                          Run* run) {
+  const PartitionBuffers& buf = ctx_.buffers;
+  const Segment& seg = ctx_.layout.segments()[s];
+  if (run->how == OffloadCopies::kOnStream) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+      return ctx_.streams.segment_copied[s]->synchronize().with_context(
+          fmt::format("waiting for segment {}'s reduction and its copy to the host", s));
     }));
-    run->code = own.code();
-    if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
-    if (params_written == 1) {
-      ++run->params_written;
-    } else if (run->convert_back) {
-      ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadConvert, s,
-                                           [&] { return convert_back_segment(s); }));
-    }
+  } else if (run->how == OffloadCopies::kInPlace) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+      return ctx_.streams.segment_reduced[s]->synchronize().with_context(
+          fmt::format("waiting for segment {}'s reduction", s));
+    }));
+  }
+  for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
+  zrt_optimizer_args_t args{};
+  args.size = sizeof(args);
+  args.master = buf.master + seg.shard_offset;
+  args.grad = grads.optimizer_grad() + seg.shard_offset;
+  args.state = state_.data();
+  args.num_state = static_cast<int>(state_.size());
+  args.count = seg.slice;
+  args.pieces = pieces_[s].data();
+  args.num_pieces = pieces_[s].size();
+  args.step = step;
+  // Offloaded master and state are host memory whatever the parameters are.
+  args.mem_kind = ZRT_MEM_HOST;
+  args.param_dtype = ctx_.options.param_dtype;
+  const zrt_param_span_t span{0, seg.slice, param_slice(s)};
+  int params_written = 0;
+  if (run->offer_params) {
+    args.param_spans = &span;
+    args.num_param_spans = 1;
+    args.params_written = &params_written;
+  }
+  run->optimized = true;
+  clear_callback_message();
+  Status own;
+  static_cast<void>(traced_step_part(ctx_.comm, kTraceOffloadOptimizer, s, [&] {
+    own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+    return own;
+  }));
+  run->code = own.code();
+  if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
+  if (params_written == 1) {
+    ++run->params_written;
+  } else if (run->convert_back) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadConvert, s,
+                                         [&] { return convert_back_segment(s); }));
   }
   return Status::ok();
 }

@@ -53,11 +53,19 @@ class OffloadPipeline {
   // reduction or copy that failed, an enqueue); run->code tells which.
   Status run(GradientPipeline& grads, const std::vector<int>& order, zrt_optimizer_fn optimizer,
              void* user_data, int64_t step, Run* run);
+  // One segment of run(), for a caller that walks the segments itself (the backward optimizer's
+  // thread, backward_optimizer.h: one segment at a time, never two at once). Leaves run->code
+  // and the counts of the segments before it as they were.
+  Status run_segment(GradientPipeline& grads, int segment, zrt_optimizer_fn optimizer,
+                     void* user_data, int64_t step, Run* run);
 
   // Segment s's shard pieces, shard_offset counted from the start of its slice.
   const std::vector<zrt_shard_piece_t>& pieces(int segment) const { return pieces_[segment]; }
 
  private:
+  // run_segment with ctx_.ops bound to the all-gather stream by the caller.
+  Status run_bound_segment(GradientPipeline& grads, int segment, zrt_optimizer_fn optimizer,
+                           void* user_data, int64_t step, Run* run);
   Status convert_back_segment(int segment);
   // Where segment s's slice of this rank's parameters is published from (stages 1/2: the owned
   // slice; stage 3: the parameter shard).

@@ -67,6 +67,10 @@ struct PartitionStreams {
   Stream* offload = nullptr;
   std::vector<Event*> segment_reduced;
   std::vector<Event*> segment_copied;
+  // The optimizer run during backward (zrt_partition_step_in_backward) waits for this before
+  // its first callback: recorded on the all-gather stream behind the step backup's copy and
+  // the last step's conversions and gathers.
+  Event* backup_taken = nullptr;
   // hpZ: gathers from the secondary copy run on the secondary group's communicator, whose
   // events the world's streams cannot wait for: per slot after such a gather (on that
   // communicator), and per segment after the copy into the secondary (on the world's).

@@ -40,6 +40,22 @@ Status PartitionManager::check_unit(int unit) const {
   return Status::ok();
 }
 
+Status PartitionManager::check_not_armed(const char* what) const {
+  if (step_ == nullptr || !step_->armed()) return Status::ok();
+  return Status::invalid_usage(
+      "{}: the step's optimizer was registered with zrt_partition_step_in_backward and runs "
+      "during this backward; call {} after zrt_partition_step",
+      what, what);
+}
+
+Status PartitionManager::check_armed_microbatch(const char* what) const {
+  if (step_ == nullptr || !step_->armed_backward_done()) return Status::ok();
+  return Status::invalid_usage(
+      "{}: the micro-batch armed by zrt_partition_step_in_backward is complete and its "
+      "optimizer has run; call zrt_partition_step before the next micro-batch",
+      what);
+}
+
 Status PartitionManager::check_param(int param) const {
   if (param < 0 || static_cast<size_t>(param) >= param_specs_.size()) {
     return Status::invalid_argument("param {} is unknown ({} parameters registered)", param,
@@ -217,6 +233,7 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
   if (dtype != ZRT_F32 && dtype != ZRT_F16 && dtype != ZRT_BF16) {
     return Status::invalid_argument("dtype {} is not f32, f16 or bf16", dtype_name(dtype));
   }
+  ZRT_RETURN_IF_ERROR(check_not_armed("load_param"));
   ZRT_RETURN_IF_ERROR(step_->prepare_master_write());
   // Units gathered ahead hold the old parameters.
   window_->forget();
@@ -338,6 +355,7 @@ Status PartitionManager::grad_data(int param, void** grad) {
     return Status::invalid_argument("param {} (\"{}\") is frozen: it has no gradient", param,
                                     param_specs_[param].name);
   }
+  ZRT_RETURN_IF_ERROR(check_armed_microbatch("grad_data"));
   const int open = grads_->open_unit();
   if (open >= 0 && open != loc.unit) {
     return Status::invalid_usage(
@@ -379,6 +397,12 @@ Status PartitionManager::set_sync(bool sync) {
         "set no_sync_accumulation in the config",
         ctx_->policy.stage());
   }
+  if (!sync && step_->armed()) {
+    return Status::invalid_usage(
+        "set_sync(0): the step's optimizer was registered with zrt_partition_step_in_backward "
+        "for the coming micro-batch, which must reduce; arm it before the step's last "
+        "micro-batch instead");
+  }
   grads_->set_sync(sync);
   return Status::ok();
 }
@@ -390,6 +414,7 @@ Status PartitionManager::grad_ready(int unit) {
     return Status::invalid_argument("unit {} (\"{}\") has no trainable parameter", unit,
                                     unit_specs_[unit].name);
   }
+  ZRT_RETURN_IF_ERROR(check_armed_microbatch("grad_ready"));
   if (grads_->is_signalled(unit)) {
     return Status::invalid_usage("unit {} (\"{}\"): gradients signalled twice in one micro-batch",
                                  unit, unit_specs_[unit].name);
@@ -414,6 +439,13 @@ Status PartitionManager::grad_norm(double* norm, bool* has_nonfinite) {
   if (norm == nullptr && has_nonfinite == nullptr) {
     return Status::invalid_argument("norm and has_nonfinite are both NULL");
   }
+  if (step_->armed()) {
+    // The callbacks have already read (or are reading) the gradients unclipped.
+    return Status::invalid_usage(
+        "grad_norm: the step's optimizer was registered with zrt_partition_step_in_backward and "
+        "runs as the gradients are reduced, before a norm could scale them; to clip, call "
+        "grad_norm and then zrt_partition_step without arming");
+  }
   return grads_->grad_norm(norm, has_nonfinite);
 }
 
@@ -421,7 +453,50 @@ Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
   ZRT_RETURN_IF_ERROR(check_finalized("step"));
   // A bad argument is this caller's bug alone: refused at once, like any argument check.
   if (optimizer == nullptr) return Status::invalid_argument("optimizer is NULL");
+  if (step_->armed() && !step_->armed_with(optimizer, user_data)) {
+    return Status::invalid_argument(
+        "optimizer and user_data differ from those given to zrt_partition_step_in_backward for "
+        "this step, whose optimizer is already running; pass the same pair");
+  }
   return step_->step(optimizer, user_data);
+}
+
+Status PartitionManager::step_in_backward(zrt_optimizer_fn optimizer, void* user_data) {
+  ZRT_RETURN_IF_ERROR(check_finalized("step_in_backward"));
+  if (optimizer == nullptr) return Status::invalid_argument("optimizer is NULL");
+  if (!ctx_->options.offload_optimizer) {
+    return Status::invalid_usage(
+        "step_in_backward needs offload_optimizer = 1 in the config: without offload the "
+        "optimizer runs once over the whole shard in zrt_partition_step");
+  }
+  if (ctx_->buffers.backup_master == nullptr) {
+    return Status::invalid_usage(
+        "step_in_backward needs step_backup = 1 in the config: each segment's optimizer runs "
+        "before the step knows that every rank's reductions succeeded, and only the backup "
+        "can undo it");
+  }
+  if (resources_.on_device()) {
+    return Status(ZRT_UNSUPPORTED,
+                  "step_in_backward: with mem_kind ZRT_MEM_CUDA the offloaded optimizer runs "
+                  "from zrt_partition_step (the copies to the host already overlap the device's "
+                  "reductions there); call zrt_partition_step alone");
+  }
+  if (step_->armed()) {
+    return Status::invalid_usage(
+        "step_in_backward was already called for this step; call zrt_partition_step");
+  }
+  if (grads_->microbatch_started()) {
+    return Status::invalid_usage(
+        "step_in_backward in the middle of a backward pass ({} of {} units signalled); call it "
+        "before the backward of the step's last micro-batch",
+        grads_->signalled_count(), ctx_->layout.trainable_units());
+  }
+  if (!grads_->sync()) {
+    return Status::invalid_usage(
+        "step_in_backward: the coming micro-batch skips the reduction (set_sync(0)); call "
+        "set_sync(1) first, or arm the step before its last, synchronised micro-batch");
+  }
+  return step_->arm(optimizer, user_data);
 }
 
 Status PartitionManager::memory(MemoryFigures* figures) const {
@@ -465,6 +540,8 @@ Status PartitionManager::window_stats(WindowStats* stats) const {
 Status PartitionManager::destroy() {
   if (destroyed_) return Status::ok();
   destroyed_ = true;
+  // Its thread may still wait on the streams or run a callback over the buffers.
+  if (step_ != nullptr) step_->stop_backward_optimizer();
   Status status = resources_.release(*ctx_);
   const Status groups = groups_.destroy();
   return status.is_ok() ? groups : status;
@@ -494,6 +571,7 @@ Status PartitionManager::checkpoint_quiesce(const char* what) {
     return Status::invalid_usage("{}: unit {} (\"{}\") is fetched; call it between steps", what,
                                  fetched, unit_specs_[fetched].name);
   }
+  ZRT_RETURN_IF_ERROR(check_not_armed(what));
   if (grads_->pending()) {
     return Status::invalid_usage(
         "{}: gradients of an unfinished step are pending (checkpoints hold no gradients); call "

@@ -65,6 +65,7 @@ class PartitionManager {
   Status grad_ready(int unit);
   Status grad_norm(double* norm, bool* has_nonfinite);
   Status step(zrt_optimizer_fn optimizer, void* user_data);
+  Status step_in_backward(zrt_optimizer_fn optimizer, void* user_data);
 
   Status memory(MemoryFigures* figures) const;
   // zrt_partition_traffic: the shard group's and the replicas' sent bytes.
@@ -116,6 +117,11 @@ class PartitionManager {
   Status check_finalized(const char* what) const;
   Status check_unit(int unit) const;
   Status check_param(int param) const;
+  // ZRT_INVALID_USAGE when the step's optimizer is armed (zrt_partition_step_in_backward) and
+  // `what` would change or read what it changes, naming `what`.
+  Status check_not_armed(const char* what) const;
+  // ZRT_INVALID_USAGE when the armed step's micro-batch is over: `what` would begin another.
+  Status check_armed_microbatch(const char* what) const;
   Status register_param(ParamSpec spec, int* param);
   // Every rank registered the same model with the same configuration.
   Status check_ranks_agree();

@@ -227,6 +227,7 @@ Status PartitionResources::create_events(PartitionContext& ctx,
     s.segment_copied.assign(segments, nullptr);
     for (Event*& event : s.segment_reduced) ZRT_RETURN_IF_ERROR(make(&event));
     for (Event*& event : s.segment_copied) ZRT_RETURN_IF_ERROR(make(&event));
+    ZRT_RETURN_IF_ERROR(make(&s.backup_taken));
   }
   return Status::ok();
 }
@@ -248,6 +249,7 @@ Status PartitionResources::release(PartitionContext& ctx) {
     s.segment_events.clear();
     s.segment_reduced.clear();
     s.segment_copied.clear();
+    s.backup_taken = nullptr;
     s.bucket_events.clear();
     s.slot_events.clear();
     s.persistent_event = nullptr;
@@ -293,6 +295,8 @@ Status PartitionResources::release(PartitionContext& ctx) {
   for (Event* event : s.segment_copied) {
     if (event != nullptr) keep(engine.destroy_event(event));
   }
+  if (s.backup_taken != nullptr) keep(engine.destroy_event(s.backup_taken));
+  s.backup_taken = nullptr;
   s.segment_reduced.clear();
   s.segment_copied.clear();
   s.segment_events.clear();

@@ -26,6 +26,16 @@
 
 namespace zrt {
 
+Status StepTransaction::drain_offload() {
+  return traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
+    if (ctx_.streams.offload != nullptr) {
+      ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
+          "waiting for the gradients' copies to the host"));
+    }
+    return grads_.finish_reductions();  // the rest of the reduce stream
+  });
+}
+
 Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_data) {
   const int64_t next = step_ + 1;
   const bool backed_up = ctx_.buffers.backup_master != nullptr;
@@ -55,7 +65,10 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
   run.convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
   run.offer_params = backed_up && !ctx_.on_device;
   Status local = ready;
-  if (local.is_ok()) {
+  if (armed()) {
+    // Started during backward (step_in_backward.cc; arming needs a backup).
+    local = finish_in_backward(ready, &run);
+  } else if (local.is_ok()) {
     static_cast<void>(traced_step_part(ctx_.comm, kTraceStepBackup, -1, [&] {
       take_backup();  // whole before the first callback
       return Status::ok();
@@ -65,13 +78,7 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     if (local.is_ok()) local = offload_->run(grads_, order, optimizer, user_data, next, &run);
     // Also after a failed callback: the copies of the segments after it are still in flight,
     // and a retry reads them.
-    const Status drained = traced_step_part(ctx_.comm, kTraceOffloadDrain, -1, [&] {
-      if (ctx_.streams.offload != nullptr) {
-        ZRT_RETURN_IF_ERROR(ctx_.streams.offload->synchronize().with_context(
-            "waiting for the gradients' copies to the host"));
-      }
-      return grads_.finish_reductions();  // the rest of the reduce stream
-    });
+    const Status drained = drain_offload();
     if (local.is_ok()) local = drained;
   }
   const zrt_status_t code = run.code;

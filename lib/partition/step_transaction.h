@@ -47,7 +47,9 @@
 //
 // offload_optimizer: step_offloaded.cc runs phase 2 as a pipeline over segments (the optimizer of
 // a segment as soon as its gradient is on the host, offload_pipeline.h) under one vote that
-// covers the reductions too; what waits for it is said there.
+// covers the reductions too; what waits for it is said there. step_in_backward.cc starts that
+// pipeline before the step, during the backward of its last micro-batch, on a thread of its own
+// (backward_optimizer.h); the step then waits for it and votes the same way.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +60,7 @@
 
 #include "lib/core/status.h"
 #include "lib/partition/backup_cursor.h"
+#include "lib/partition/backward_optimizer.h"
 #include "lib/partition/offload_pipeline.h"
 #include "lib/partition/partition_context.h"
 #include "zrt/zrt.h"
@@ -75,6 +78,21 @@ class StepTransaction {
   Status step(zrt_optimizer_fn optimizer, void* user_data);
   int64_t step_count() const { return step_; }
 
+  // zrt_partition_step_in_backward (step_in_backward.cc): from the next synchronised
+  // micro-batch on, each segment's optimizer runs on the backward optimizer's thread as soon as
+  // its reduction is enqueued and done; step() then finishes the pipeline. The manager checked
+  // the configuration (offload, a backup, host memory) and that no micro-batch is under way.
+  Status arm(zrt_optimizer_fn optimizer, void* user_data);
+  bool armed() const { return armed_.optimizer != nullptr; }
+  bool armed_with(zrt_optimizer_fn optimizer, void* user_data) const {
+    return armed_.optimizer == optimizer && armed_.user_data == user_data;
+  }
+  // Armed, and the micro-batch it covers is over: only the step may come next.
+  bool armed_backward_done() const;
+  // Stops the backward optimizer's thread (the manager is being destroyed): a callback in
+  // progress finishes, the rest is skipped.
+  void stop_backward_optimizer() { backward_.reset(); }
+
   // A unit was fetched: enqueue the next share of the backup's copy, if it is out of date.
   void on_fetch();
   // Master is about to be written outside a step: waits for the gathers and conversions that
@@ -90,6 +108,18 @@ class StepTransaction {
   Status check_step_ready(bool wait_reductions = true);
   // offload_optimizer: the step as a pipeline over segments (step_offloaded.cc).
   Status step_offloaded(zrt_optimizer_fn optimizer, void* user_data);
+  // Armed (step_in_backward.cc): segment s's gradient is on its way; the first call also
+  // records backup_taken behind the rest of the backup's copy. Training thread.
+  Status hand_over(int segment);
+  // The backward optimizer's job for one segment. Its thread.
+  Status run_armed_segment(int segment);
+  // The step's end of an armed pipeline: hands over the segments backward did not (when
+  // `ready`), waits for the thread, drains the copies and reductions, disarms; *run is what the
+  // thread did. Returns the first failure.
+  Status finish_in_backward(const Status& ready, OffloadPipeline::Run* run);
+  // Waits for the gradients' copies to the host and the rest of the reductions (before an
+  // offloaded step returns, so a retry reads a whole host gradient).
+  Status drain_offload();
   // " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)": the ranks whose code is not ZRT_SUCCESS; the
   // lowest one's code in *first.
   static std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first);
@@ -128,6 +158,17 @@ class StepTransaction {
   std::unique_ptr<OffloadPipeline> offload_;  // offload_optimizer only
   // The offload pipeline converted the owned parameter slices already: publish only gathers.
   bool owned_converted_ = false;
+  // zrt_partition_step_in_backward's state, between arm() and the step's end.
+  struct Armed {
+    zrt_optimizer_fn optimizer = nullptr;
+    void* user_data = nullptr;
+    uint64_t microbatches_before = 0;  // grads_.microbatches_begun() when armed
+    bool backup_taken = false;         // hand_over recorded the backup_taken event
+    OffloadPipeline::Run run;          // the thread's choices and outcome
+  };
+  Armed armed_;
+  std::vector<uint8_t> handed_;  // per segment: handed to the thread in the armed step
+  std::unique_ptr<BackwardOptimizer> backward_;  // made by the first arm()
 };
 
 }  // namespace zrt

@@ -149,8 +149,10 @@ void forward_backward(Run* run, int step) {
 }
 
 // `steps` steps in `mode`; the parameters after each.
+// in_backward (with offload): the step armed with zrt_partition_step_in_backward before its
+// forward, so the fused optimizer runs on zrt's thread during backward.
 std::vector<std::vector<float>> train(Run* run, int stage, zrt_dtype_t dtype, Mode mode, int steps,
-                                      int size, bool offload = false) {
+                                      int size, bool offload = false, bool in_backward = false) {
   std::vector<std::vector<float>> after;
   make_pm(run, stage, dtype, offload);
   if (::testing::Test::HasFailure()) return after;
@@ -161,6 +163,9 @@ std::vector<std::vector<float>> train(Run* run, int stage, zrt_dtype_t dtype, Mo
   EXPECT_OK(zrt_optimizer_config_init(&cb.config, sizeof(cb.config), ZRT_OPTIMIZER_ADAMW));
   cb.config.lr = 0.05;
   for (int step = 0; step < steps; ++step) {
+    if (in_backward) {
+      EXPECT_OK(zrt_partition_step_in_backward(run->pm, callback, &cb));
+    }
     forward_backward(run, step);
     if (::testing::Test::HasFailure()) break;
     EXPECT_OK(zrt_partition_step(run->pm, callback, &cb));
@@ -210,6 +215,14 @@ void copy_body(int rank, int size) {
       for (size_t s = 0; s < 3; ++s) {
         EXPECT_EQ(std::memcmp(offloaded[s].data(), converted[s].data(), offloaded[s].size() * 4), 0)
             << "step " << s + 1 << ": the offloaded optimizer's copy differs";
+      }
+      const auto in_backward =
+          train(&run, stage, dtype, Mode::kFused, 3, size, /*offload=*/true, /*in_backward=*/true);
+      ASSERT_EQ(in_backward.size(), 3u);
+      for (size_t s = 0; s < 3; ++s) {
+        EXPECT_EQ(
+            std::memcmp(in_backward[s].data(), converted[s].data(), in_backward[s].size() * 4), 0)
+            << "step " << s + 1 << ": the copy of the optimizer run during backward differs";
       }
       const auto negated_offloaded =
           train(&run, stage, dtype, Mode::kNegated, 1, size, /*offload=*/true);

@@ -214,6 +214,9 @@ MlpParams train_zrt(zrt_comm_t comm, const MlpShape& shape, const TrainOptions& 
     for (int mb = 0; mb < options.micro_batches; ++mb) {
       const bool sync = !options.no_sync || mb + 1 == options.micro_batches;
       ZRT_TEST_OK(zrt_partition_set_sync(pm, sync ? 1 : 0));
+      if (options.step_in_backward && mb + 1 == options.micro_batches) {
+        ZRT_TEST_OK(zrt_partition_step_in_backward(pm, adam_callback, &adam));
+      }
       // Forward: each unit's parameters are read while fetched.
       for (size_t l = 0; l < layers; ++l) {
         ZRT_TEST_OK(zrt_partition_fetch(pm, static_cast<int>(l)));

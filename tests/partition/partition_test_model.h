@@ -62,6 +62,9 @@ struct TrainOptions {
   // If set: zrt_partition_traffic over the training steps (the counters stats covers).
   zrt_partition_traffic_t* traffic = nullptr;
   bool offload_optimizer = false;
+  // With offload_optimizer: zrt_partition_step_in_backward before the last micro-batch, so the
+  // optimizer runs during its backward (not with clip_norm).
+  bool step_in_backward = false;
   // > 0: before each step, zrt_partition_grad_norm and gradients scaled by
   // min(1, clip_norm / norm) (clipping by the global norm).
   double clip_norm = 0;

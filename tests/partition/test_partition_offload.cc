@@ -4,13 +4,19 @@
 // bit-identical parameters at stages 1-3 (f32 and bf16, with gradient accumulation, with
 // clipping by the global norm); the callback sees each segment's slice with its pieces and the
 // one step count; an optimizer that fails in a middle segment on one rank rolls every rank
-// back; the memory figures split into device and host columns that match the formulas.
+// back; the memory figures split into device and host columns that match the formulas. The same
+// with the optimizer run during backward (zrt_partition_step_in_backward): bit-identical, every
+// callback done on a thread of zrt's before the step is called, a failure rolled back on every
+// rank, and each misuse refused with a clear error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/harness/multirank.h"
@@ -82,6 +88,15 @@ void bit_identical_body(int /*rank*/, int size) {
         if (::testing::Test::HasFailure()) break;
         EXPECT_TRUE(same_bits(plain, offloaded))
             << "max relative difference " << max_relative_difference(plain, offloaded);
+        if (c.clip == 0) {
+          // The optimizer run during the last micro-batch's backward: the same bits.
+          o.step_in_backward = true;
+          const MlpParams in_backward = train_zrt(comm, shape, o);
+          o.step_in_backward = false;
+          if (::testing::Test::HasFailure()) break;
+          EXPECT_TRUE(same_bits(plain, in_backward)) << "in backward: max relative difference "
+                                                     << max_relative_difference(plain, in_backward);
+        }
         // Master and state (and the backup, and the optimizer's f32 gradient) are host bytes.
         EXPECT_EQ(memory.host_model_state, memory.master + memory.optimizer_state);
         EXPECT_EQ(memory.host_total, memory.host_model_state + memory.step_backup + memory.master);
@@ -153,6 +168,24 @@ std::vector<float> read_shard(const Recorder& r) {
   return all;
 }
 
+// After the second step failed on `fail_rank` (zrt_last_error still its message): every rank
+// names it, says it restored, and holds the shard and parameters of before, at step 1.
+void expect_rolled_back(Run* run, zrt_status_t status, int fail_rank, const Recorder& r,
+                        const std::vector<float>& shard_before,
+                        const std::vector<float>& params_before) {
+  const std::string message = zrt_last_error();
+  EXPECT_EQ(status, kFailure) << message;
+  EXPECT_NE(message.find(" " + std::to_string(fail_rank) + " (ZRT_SYSTEM_ERROR)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("restored"), std::string::npos) << message;
+  EXPECT_TRUE(same_bytes(read_shard(r), shard_before)) << "master/state not rolled back";
+  EXPECT_TRUE(same_bytes(read_params(run), params_before)) << "parameters changed";
+  int64_t count = -1;
+  EXPECT_OK(zrt_partition_get_step(run->pm, &count));
+  EXPECT_EQ(count, 1);
+}
+
 void make_pm(Run* run, int stage, bool offload, int step_backup) {
   zrt_partition_config_t config = straddling::model_config();
   config.stage = stage;
@@ -177,18 +210,8 @@ void train(Run* run, int fail_rank, std::vector<float>* final_params, Recorder* 
       r.fail_call = run->rank == fail_rank ? static_cast<int>(r.slices.size()) / 2 : -1;
       ASSERT_GE(r.slices.size(), 3u) << "too few segments for a middle one";
       const zrt_status_t status = zrt_partition_step(run->pm, recording_sgd, &r);
-      const std::string message = zrt_last_error();
       r.fail_call = -1;
-      EXPECT_EQ(status, kFailure) << message;
-      EXPECT_NE(message.find(" " + std::to_string(fail_rank) + " (ZRT_SYSTEM_ERROR)"),
-                std::string::npos)
-          << message;
-      EXPECT_NE(message.find("restored"), std::string::npos) << message;
-      EXPECT_TRUE(same_bytes(read_shard(r), shard_before)) << "master/state not rolled back";
-      EXPECT_TRUE(same_bytes(read_params(run), params_before)) << "parameters changed";
-      int64_t count = -1;
-      ASSERT_OK(zrt_partition_get_step(run->pm, &count));
-      EXPECT_EQ(count, 1);
+      expect_rolled_back(run, status, fail_rank, r, shard_before, params_before);
       r.calls = 0;
       r.steps.clear();
       r.elements = r.pieces = 0;
@@ -323,6 +346,183 @@ TEST_P(OffloadMemory, Stage2DeviceAndHostColumnsMatchTheFormula) {
 }
 INSTANTIATE_TEST_SUITE_P(PartitionOffload, OffloadMemory, ::testing::Values(1, 2, 4),
                          rank_count_name);
+
+// --- The optimizer during backward (zrt_partition_step_in_backward) ---------------------------
+
+// recording_sgd, called on zrt's thread: the test watches the count from the training thread.
+struct BackwardRecorder {
+  Recorder recorder;
+  std::atomic<int> calls{0};
+  std::atomic<bool> off_thread{false};
+  std::thread::id training = std::this_thread::get_id();
+};
+
+zrt_status_t counting_sgd(const zrt_optimizer_args_t* a, void* user) {
+  auto* b = static_cast<BackwardRecorder*>(user);
+  if (std::this_thread::get_id() != b->training) b->off_thread = true;
+  const zrt_status_t status = recording_sgd(a, &b->recorder);
+  b->calls.fetch_add(1);
+  return status;
+}
+
+// Waits (bounded) until `calls` reaches `expected`; returns what it reached.
+int wait_for_calls(const std::atomic<int>& calls, int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (calls.load() < expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return calls.load();
+}
+
+// Three armed steps of the straddling model with `segments` segments; with fail_rank >= 0 that
+// rank's callback fails on a middle segment of the second step, which is checked and retried
+// (unarmed: the step then runs the plain offloaded pipeline).
+void train_in_backward(Run* run, int segments, int fail_rank, std::vector<float>* final_params) {
+  BackwardRecorder b;
+  Recorder& r = b.recorder;
+  for (int step = 0; step < 3; ++step) {
+    r.calls = 0;
+    r.steps.clear();
+    r.elements = r.pieces = 0;
+    b.calls = 0;
+    b.off_thread = false;
+    const bool failing = step == 1 && fail_rank >= 0;
+    std::vector<float> params_before, shard_before;
+    if (failing) {
+      params_before = read_params(run);
+      shard_before = read_shard(r);
+      r.fail_call = run->rank == fail_rank ? segments / 2 : -1;
+    }
+    ASSERT_OK(zrt_partition_step_in_backward(run->pm, counting_sgd, &b));
+    forward_backward(run, step);
+    if (::testing::Test::HasFailure()) return;
+    // Every callback ran during backward, before the step is called (on the failing rank up to
+    // the failing one: the rest of its job is skipped).
+    const int expected = r.fail_call >= 0 ? r.fail_call + 1 : segments;
+    EXPECT_EQ(wait_for_calls(b.calls, expected), expected)
+        << "the callbacks did not run before zrt_partition_step";
+    const zrt_status_t status = zrt_partition_step(run->pm, counting_sgd, &b);
+    const std::string message = zrt_last_error();
+    EXPECT_TRUE(b.off_thread) << "a callback ran on the training thread";
+    if (!failing) {
+      ASSERT_EQ(status, ZRT_SUCCESS) << message;
+      EXPECT_EQ(r.steps, std::vector<int64_t>(r.steps.size(), step + 1));
+      continue;
+    }
+    r.fail_call = -1;
+    expect_rolled_back(run, status, fail_rank, r, shard_before, params_before);
+    ASSERT_OK(zrt_partition_step(run->pm, counting_sgd, &b));
+  }
+  *final_params = read_params(run);
+}
+
+void in_backward_body(int rank, int size) {
+  Run run;
+  run.rank = rank;
+  run.comm = make_comm();
+  if (run.comm == nullptr) return;
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE(::testing::Message() << "N " << size << " stage " << stage);
+    std::vector<float> plain, armed;
+    Recorder per_segment;
+    make_pm(&run, stage, true, 1);
+    train(&run, -1, &plain, &per_segment);
+    ASSERT_OK(zrt_partition_destroy(run.pm));
+    for (int fail_rank : {-1, size - 1, 0}) {
+      SCOPED_TRACE(::testing::Message() << "failing rank " << fail_rank);
+      make_pm(&run, stage, true, 1);
+      train_in_backward(&run, per_segment.calls, fail_rank, &armed);
+      ASSERT_OK(zrt_partition_destroy(run.pm));
+      EXPECT_TRUE(same_bytes(plain, armed)) << "training with the optimizer in backward differs";
+      if (size == 1 && fail_rank == 0) break;
+    }
+  }
+  EXPECT_OK(zrt_comm_destroy(run.comm));
+}
+
+class OffloadInBackward : public RankCount {};
+TEST_P(OffloadInBackward, CallbacksRunDuringBackwardBitIdenticalAndRolledBackOnEveryRank) {
+  expect_ranks_pass(GetParam(), in_backward_body);
+}
+INSTANTIATE_TEST_SUITE_P(PartitionOffload, OffloadInBackward, ::testing::Values(1, 2, 3),
+                         rank_count_name);
+
+zrt_status_t other_sgd(const zrt_optimizer_args_t* a, void* user) {
+  return recording_sgd(a, user);
+}
+
+// Expects `status` to be `code` with a message containing `words`.
+void expect_refused(zrt_status_t status, zrt_status_t code, const char* words) {
+  const std::string message = zrt_last_error();
+  EXPECT_EQ(status, code) << message;
+  EXPECT_NE(message.find(words), std::string::npos) << message;
+}
+
+// Every misuse of an armed step is refused before it changes anything, naming what to do; the
+// step then still succeeds, and destroying an armed manager in the middle of a step returns.
+void misuse_body(int rank, int /*size*/) {
+  Run run;
+  run.rank = rank;
+  run.comm = make_comm();
+  if (run.comm == nullptr) return;
+  Recorder r;
+  make_pm(&run, 1, false, 1);
+  expect_refused(zrt_partition_step_in_backward(run.pm, recording_sgd, &r), ZRT_INVALID_USAGE,
+                 "offload_optimizer = 1");
+  ASSERT_OK(zrt_partition_destroy(run.pm));
+  make_pm(&run, 1, true, 0);
+  expect_refused(zrt_partition_step_in_backward(run.pm, recording_sgd, &r), ZRT_INVALID_USAGE,
+                 "step_backup = 1");
+  ASSERT_OK(zrt_partition_destroy(run.pm));
+
+  make_pm(&run, 1, true, 1);
+  expect_refused(zrt_partition_step_in_backward(run.pm, nullptr, &r), ZRT_INVALID_ARGUMENT,
+                 "optimizer is NULL");
+  ASSERT_OK(zrt_partition_set_sync(run.pm, 0));
+  expect_refused(zrt_partition_step_in_backward(run.pm, recording_sgd, &r), ZRT_INVALID_USAGE,
+                 "set_sync(1)");
+  ASSERT_OK(zrt_partition_set_sync(run.pm, 1));
+  ASSERT_OK(zrt_partition_step_in_backward(run.pm, recording_sgd, &r));
+  expect_refused(zrt_partition_step_in_backward(run.pm, recording_sgd, &r), ZRT_INVALID_USAGE,
+                 "already called");
+  expect_refused(zrt_partition_set_sync(run.pm, 0), ZRT_INVALID_USAGE, "step_in_backward");
+  std::vector<float> values(unit_numel(0), 1.0f);
+  expect_refused(zrt_partition_load_param(run.pm, run.params[0], values.data(), ZRT_F32),
+                 ZRT_INVALID_USAGE, "step_in_backward");
+  forward_backward(&run, 0);
+  double norm = 0;
+  expect_refused(zrt_partition_grad_norm(run.pm, &norm, nullptr), ZRT_INVALID_USAGE,
+                 "without arming");
+  void* grad = nullptr;
+  expect_refused(zrt_partition_grad_data(run.pm, run.params[kUnits - 1], &grad), ZRT_INVALID_USAGE,
+                 "call zrt_partition_step before the next micro-batch");
+  expect_refused(zrt_partition_grad_ready(run.pm, kUnits - 1), ZRT_INVALID_USAGE,
+                 "call zrt_partition_step before the next micro-batch");
+  expect_refused(zrt_partition_step(run.pm, other_sgd, &r), ZRT_INVALID_ARGUMENT,
+                 "pass the same pair");
+  ASSERT_OK(zrt_partition_step(run.pm, recording_sgd, &r));
+
+  // In the middle of a backward: too late to arm.
+  ASSERT_OK(zrt_partition_fetch(run.pm, kUnits - 1));
+  ASSERT_OK(zrt_partition_grad_data(run.pm, run.params[kUnits - 1], &grad));
+  std::fill_n(static_cast<float*>(grad), unit_numel(kUnits - 1), 0.25f);
+  ASSERT_OK(zrt_partition_grad_ready(run.pm, kUnits - 1));
+  ASSERT_OK(zrt_partition_release(run.pm, kUnits - 1));
+  expect_refused(zrt_partition_step_in_backward(run.pm, recording_sgd, &r), ZRT_INVALID_USAGE,
+                 "in the middle of a backward");
+  ASSERT_OK(zrt_partition_destroy(run.pm));
+
+  // Destroyed while armed, the step's backward done and its callbacks running or run.
+  make_pm(&run, 2, true, 1);
+  ASSERT_OK(zrt_partition_step_in_backward(run.pm, recording_sgd, &r));
+  forward_backward(&run, 0);
+  EXPECT_OK(zrt_partition_destroy(run.pm));
+  EXPECT_OK(zrt_comm_destroy(run.comm));
+}
+
+TEST(PartitionOffload, InBackwardMisuseIsRefusedN2) {
+  expect_ranks_pass(2, misuse_body);
+}
 
 }  // namespace
 }  // namespace zrt::testing
