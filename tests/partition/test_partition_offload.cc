@@ -10,6 +10,7 @@
 // rank, and each misuse refused with a clear error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -522,6 +523,76 @@ void misuse_body(int rank, int /*size*/) {
 
 TEST(PartitionOffload, InBackwardMisuseIsRefusedN2) {
   expect_ranks_pass(2, misuse_body);
+}
+
+// A peer that dies before the armed micro-batch's backward: every survivor's backward or step
+// fails within the timeout, and so does the step called after a failed backward, naming the
+// failure, with master and state as they were; the backward optimizer's thread, waiting on
+// reductions that cannot complete, lets go; and destroying the manager returns.
+constexpr int kDeadRanks = 3;
+constexpr int kVictimExit = 3;
+constexpr int64_t kDeadLimitMs = 2000 + 8000;  // ZRT_TIMEOUT=2 s plus slack for 3 ranks on 2 cores
+
+void dead_peer_in_backward_body(int rank, int size) {
+  Run run;
+  run.rank = rank;
+  run.comm = make_comm();
+  if (run.comm == nullptr) return;
+  make_pm(&run, 2, true, 1);
+  if (::testing::Test::HasFailure()) return;
+  BackwardRecorder b;
+  ASSERT_OK(zrt_partition_step_in_backward(run.pm, counting_sgd, &b));
+  forward_backward(&run, 0);
+  ASSERT_OK(zrt_partition_step(run.pm, counting_sgd, &b));
+  const std::vector<float> shard_before = read_shard(b.recorder);
+  ASSERT_OK(zrt_partition_step_in_backward(run.pm, counting_sgd, &b));
+  if (rank == size - 1) _exit(kVictimExit);
+  const auto start = std::chrono::steady_clock::now();
+  // The survivors' backward: grad_ready only enqueues, so it may succeed or already see the
+  // broken communicator; the step must fail either way.
+  zrt_status_t status = ZRT_SUCCESS;
+  for (int u = kUnits - 1; u >= 0 && status == ZRT_SUCCESS; --u) {
+    void* grad = nullptr;
+    status = zrt_partition_fetch(run.pm, u);
+    if (status == ZRT_SUCCESS) status = zrt_partition_grad_data(run.pm, run.params[u], &grad);
+    if (status == ZRT_SUCCESS) {
+      std::fill_n(static_cast<float*>(grad), unit_numel(u), 0.5f);
+      status = zrt_partition_grad_ready(run.pm, u);
+    }
+    if (status == ZRT_SUCCESS) status = zrt_partition_release(run.pm, u);
+  }
+  // Called after a failed backward too: it must fail, disarm and roll back, not wait.
+  const zrt_status_t stepped = zrt_partition_step(run.pm, counting_sgd, &b);
+  if (status == ZRT_SUCCESS) status = stepped;
+  EXPECT_NE(stepped, ZRT_SUCCESS) << "the step succeeded with a dead peer";
+  const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+  const std::string message = zrt_last_error();
+  EXPECT_NE(status, ZRT_SUCCESS) << "the step succeeded with a dead peer";
+  EXPECT_LE(elapsed, kDeadLimitMs) << message;
+  EXPECT_TRUE(same_bytes(read_shard(b.recorder), shard_before))
+      << "master/state changed: " << message;
+  std::fprintf(stderr, "rank %d: failed after %lld ms with %s: %s\n", rank,
+               static_cast<long long>(elapsed), zrt_status_string(status), message.c_str());
+  // Teardown must not hang either (errors are expected: the peer is gone).
+  zrt_partition_destroy(run.pm);
+  zrt_comm_destroy(run.comm);
+}
+
+TEST(PartitionOffload, InBackwardDeadPeerFailsEverySurvivorWithinTheTimeoutN3) {
+  RankOptions options;
+  options.env["ZRT_TIMEOUT"] = "2";
+  options.deadline_ms = 60000;
+  const std::vector<RankOutcome> outcomes =
+      run_ranks(kDeadRanks, dead_peer_in_backward_body, options);
+  for (const RankOutcome& o : outcomes) {
+    if (o.rank == kDeadRanks - 1) {
+      EXPECT_EQ(o.exit_code, kVictimExit) << o.describe();
+    } else {
+      EXPECT_TRUE(o.passed()) << o.describe();
+    }
+  }
 }
 
 }  // namespace
