@@ -4,7 +4,8 @@
 
 The training loop is torch's own: forward, loss.backward(), clip, step. zrt.torch.shard makes
 every parameter a tensor over zrt's memory; zrt gathers, reduces and shards them (ZeRO stage
-0-3), and AdamW runs inside zrt's step on this rank's shard. Run it from the repository root
+0-3), and AdamW runs inside zrt's step on this rank's shard: torch's (the default), or zrt's
+fused one (--optimizer zrt-adamw). Run it from the repository root
 after a build (the package finds build/lib/api/libzrt.so; elsewhere set ZRT_LIBRARY), or
 anywhere after `meson install`.
 """
@@ -30,6 +31,11 @@ parser.add_argument("--dim", type=int, default=96)
 parser.add_argument("--layers", type=int, default=3)
 parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--clip", type=float, default=1.0)
+parser.add_argument("--optimizer", choices=["torch-adamw", "zrt-adamw"], default="torch-adamw",
+                    help="torch.optim.AdamW inside zrt's step, or zrt's fused AdamW (no Python "
+                         "in the step, the same bits)")
+parser.add_argument("--optimizer-threads", type=int, default=1,
+                    help="zrt-adamw's threads (0: every CPU of the rank's affinity mask)")
 parser.add_argument("--bf16", action="store_true", help="bf16 parameters (f32 master in zrt)")
 parser.add_argument("--checkpointing", action="store_true", help="torch.utils.checkpoint")
 parser.add_argument("--save", default=None, help="zrt checkpoint folder at the end")
@@ -88,9 +94,13 @@ config = zt.ShardConfig(param_dtype=torch.bfloat16 if args.bf16 else None,
 sharded = zt.shard(model, stage=args.stage, comm=comm, config=config)
 decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
 no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-optim = zt.Optimizer(sharded, torch.optim.AdamW,
-                     [{"params": decay, "weight_decay": 0.1},
-                      {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+if args.optimizer == "zrt-adamw":
+    optim = zt.FusedOptimizer(sharded, "adamw", lr=args.lr, weight_decay=0.1, no_decay=no_decay,
+                              threads=args.optimizer_threads)
+else:
+    optim = zt.Optimizer(sharded, torch.optim.AdamW,
+                         [{"params": decay, "weight_decay": 0.1},
+                          {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
 
 numel = sum(p.numel() for p in model.parameters())
 memory = sharded.memory()

@@ -128,6 +128,20 @@ class OptimizerArgs(ctypes.Structure):
 
 OptimizerFn = ctypes.CFUNCTYPE(status_t, ctypes.POINTER(OptimizerArgs), ctypes.c_void_p)
 
+OPTIMIZER_ADAMW, OPTIMIZER_ADAM, OPTIMIZER_SGD, OPTIMIZER_LION = range(4)
+
+
+class OptimizerConfig(ctypes.Structure):
+    _fields_ = [("size", size_t), ("magic", ctypes.c_uint32), ("version", ctypes.c_uint32),
+                ("kind", ctypes.c_int), ("lr", ctypes.c_double), ("beta1", ctypes.c_double),
+                ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("momentum", ctypes.c_double),
+                ("dampening", ctypes.c_double), ("nesterov", ctypes.c_int),
+                ("bias_correction", ctypes.c_int), ("grad_scale", ctypes.c_double),
+                ("clip_factor", ctypes.c_double),
+                ("decay_mask", ctypes.POINTER(ctypes.c_uint8)), ("decay_mask_count", size_t),
+                ("pool", ctypes.c_void_p)]
+
 
 class PartitionMemory(ctypes.Structure):
     _fields_ = [("size", size_t)] + [(name, ctypes.c_uint64) for name in (
@@ -215,8 +229,20 @@ _prototypes = {
                                                   ctypes.c_int, P(ctypes.c_int64), ctypes.c_int,
                                                   ctypes.c_uint32, P(ctypes.c_int)]),
     "zrt_partition_wait_params": (status_t, [handle]),
+    "zrt_optimizer_config_init": (status_t, [P(OptimizerConfig), size_t, ctypes.c_int]),
+    "zrt_optimizer_pool_create": (status_t, [ctypes.c_int, P(handle)]),
+    "zrt_optimizer_pool_destroy": (status_t, [handle]),
 }
 for _name, (_restype, _argtypes) in _prototypes.items():
     _function = getattr(lib, _name)
     _function.restype = _restype
     _function.argtypes = _argtypes
+
+# zrt's fused optimizers (zrt_optimizer_adamw, ...) as OptimizerFn pointers to the C functions
+# themselves, for zrt_partition_step with an OptimizerConfig as user_data: no Python runs in
+# the step.
+FUSED_OPTIMIZERS = {
+    kind: OptimizerFn(ctypes.cast(getattr(lib, "zrt_optimizer_" + name), ctypes.c_void_p).value)
+    for kind, name in ((OPTIMIZER_ADAMW, "adamw"), (OPTIMIZER_ADAM, "adam"),
+                       (OPTIMIZER_SGD, "sgd"), (OPTIMIZER_LION, "lion"))
+}

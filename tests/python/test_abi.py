@@ -20,6 +20,7 @@ STRUCTS = {
     "zrt_partition_memory_t": (lib.PartitionMemory, True),
     "zrt_partition_stats_t": (lib.PartitionStats, True),
     "zrt_partition_traffic_t": (lib.PartitionTraffic, True),
+    "zrt_optimizer_config_t": (lib.OptimizerConfig, True),
 }
 
 

@@ -42,6 +42,17 @@ def test_sgd_momentum_bit_identical(tmp_path):
         assert_identical(result, zrt_params, ddp_params)
 
 
+@pytest.mark.parametrize("optimizer", ["zrt-adamw", "zrt-sgd"])
+def test_fused_optimizer_bit_identical_to_ddp(tmp_path, optimizer):
+    """zrt.torch.FusedOptimizer (zrt's own AdamW and SGD, no Python in the step) against DDP
+    with torch's: the same formulas in the same order, so the same bits."""
+    runs = run_ddp_stages(tmp_path, 2, [1, 3], "--model", "gpt", "--optimizer", optimizer,
+                          "--steps", 3)
+    for result, zrt_params, ddp_params in runs.values():
+        assert result["step"] == 3
+        assert_identical(result, zrt_params, ddp_params)
+
+
 def test_bf16_within_tolerance(tmp_path):
     """bf16 parameters and activations, f32 master and reduction, against f32 DDP: bf16 keeps
     8 bits of mantissa, so losses agree to 2 % and parameters to 2e-2 absolute after 4 steps."""
@@ -118,3 +129,18 @@ def test_save_at_3_resume_at_2(tmp_path):
     ours, theirs = global_losses(resumed), global_losses(whole)[3:]
     for a, b in zip(ours, theirs):
         assert abs(a - b) <= 1e-5 * abs(b), (ours, theirs)
+
+
+def test_fused_optimizer_resumes_from_its_checkpoint(tmp_path):
+    """zrt.torch.FusedOptimizer keeps all its state in zrt's slots: 3 steps, save, load, 3 more
+    steps give the losses of 6 uninterrupted steps bit for bit (same N and stage)."""
+    checkpoint = tmp_path / "ck"
+    run_ddp(tmp_path, 2, "--model", "gpt", "--steps", 3, "--no-ddp", "--optimizer", "zrt-adamw",
+            "--save", checkpoint, stage=2, name="saved")
+    resumed, _, _ = run_ddp(tmp_path, 2, "--model", "gpt", "--steps", 3, "--no-ddp",
+                            "--optimizer", "zrt-adamw", "--resume", checkpoint, stage=2,
+                            name="resumed")
+    whole, _, _ = run_ddp(tmp_path, 2, "--model", "gpt", "--steps", 6, "--no-ddp",
+                          "--optimizer", "zrt-adamw", stage=2, name="whole")
+    assert resumed["step"] == 6
+    assert global_losses(resumed) == global_losses(whole)[3:], (resumed["zrt"], whole["zrt"])

@@ -41,9 +41,19 @@ rank, world = dist.get_rank(), dist.get_world_size()
 
 
 def make_opt(params):
-    if args.optimizer == "sgd":
+    if args.optimizer in ("sgd", "zrt-sgd"):
         return torch.optim.SGD(params, lr=0.05, momentum=0.9)
     return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01)
+
+
+def make_zrt_opt(sharded):
+    """zrt's side: the torch optimizer through zrt.torch.Optimizer, or (zrt-*) zrt's fused one
+    with the same settings."""
+    if args.optimizer == "zrt-sgd":
+        return zt.FusedOptimizer(sharded, "sgd", lr=0.05, momentum=0.9)
+    if args.optimizer == "zrt-adamw":
+        return zt.FusedOptimizer(sharded, "adamw", lr=3e-3, weight_decay=0.01)
+    return zt.Optimizer(sharded, make_opt)
 
 
 def zrt_owners(sharded):
@@ -118,9 +128,9 @@ def run(stage, out):
     config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
                             bucket_bytes=4096, no_sync_accumulation=args.no_sync,
                             prefetch_depth=args.prefetch_depth,
-                            optimizer_slots=1 if args.optimizer == "sgd" else 2)
+                            optimizer_slots=1 if args.optimizer.endswith("sgd") else 2)
     sharded = zt.shard(model, stage=stage, config=config)
-    opt = zt.Optimizer(sharded, make_opt)
+    opt = make_zrt_opt(sharded)
     if args.resume:
         sharded.load(args.resume)
         if args.dump_loaded:
