@@ -9,16 +9,14 @@ Every per-element state tensor lives in zrt's optimizer slots, so zrt's checkpoi
 step rollback cover all of it.
 """
 import ctypes
-import json
-import os
 
 from .. import _lib
 from ..errors import call
+from ._layout import read_layout, write_layout
 
 _KINDS = {"adamw": _lib.OPTIMIZER_ADAMW, "adam": _lib.OPTIMIZER_ADAM,
           "sgd": _lib.OPTIMIZER_SGD, "lion": _lib.OPTIMIZER_LION}
 _SLOTS = {"adamw": 2, "adam": 2, "lion": 1}  # sgd: 1 with momentum, else 0
-_LAYOUT_FILE = "zrt_torch_optimizer.json"
 
 
 class FusedOptimizer:
@@ -102,19 +100,8 @@ class FusedOptimizer:
 
     # --- checkpoints: the state is zrt's slots; only the kind is checked ------------------------
     def _save_layout(self, directory):
-        if self.sharded.comm.rank != 0:
-            return
-        with open(os.path.join(directory, _LAYOUT_FILE), "w") as f:
-            json.dump({"optimizer": "zrt-" + self.kind, "state_keys": None,
-                       "scalar_state": {}}, f)
+        if self.sharded.comm.rank == 0:
+            write_layout(directory, "zrt-" + self.kind, None, {})
 
     def _load_layout(self, directory):
-        path = os.path.join(directory, _LAYOUT_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"zrt.torch: {path} is missing: the checkpoint was not "
-                                    "saved by zrt.torch with an optimizer")
-        with open(path) as f:
-            saved = json.load(f)["optimizer"]
-        if saved != "zrt-" + self.kind:
-            raise ValueError(f"zrt.torch: the checkpoint's optimizer is {saved}, this one "
-                             f"zrt-{self.kind}")
+        read_layout(directory, "zrt-" + self.kind)

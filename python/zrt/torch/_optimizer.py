@@ -7,16 +7,13 @@ of zrt's optimizer slots after they are first created, so that zrt's checkpoints
 rollback cover them; scalar state (Adam's step) stays in torch and is restored from zrt's step.
 """
 import ctypes
-import json
-import os
 
 import torch
 
 from .. import _lib
 from ..errors import ZrtError, callback_failed
+from ._layout import read_layout, write_layout
 from ._memory import order_before_zrt, tensor_at
-
-_LAYOUT_FILE = "zrt_torch_optimizer.json"
 
 
 class Optimizer:
@@ -162,20 +159,10 @@ class Optimizer:
                 if k not in (self.state_keys or []):
                     scalars[k] = float(v) if isinstance(v, torch.Tensor) else v
             break
-        with open(os.path.join(directory, _LAYOUT_FILE), "w") as f:
-            json.dump({"optimizer": type(self.inner).__name__, "state_keys": self.state_keys,
-                       "scalar_state": scalars}, f)
+        write_layout(directory, type(self.inner).__name__, self.state_keys, scalars)
 
     def _load_layout(self, directory):
-        path = os.path.join(directory, _LAYOUT_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"zrt.torch: {path} is missing: the checkpoint was not "
-                                    "saved by zrt.torch with an optimizer")
-        with open(path) as f:
-            layout = json.load(f)
-        if layout["optimizer"] != type(self.inner).__name__:
-            raise ValueError(f"zrt.torch: the checkpoint's optimizer is {layout['optimizer']}, "
-                             f"this one {type(self.inner).__name__}")
+        layout = read_layout(directory, type(self.inner).__name__)
         self.inner.state.clear()
         self.state_keys = layout["state_keys"]
         if self.state_keys is None:
