@@ -301,6 +301,9 @@ int run(const Options& options) {
   // Stage 0 shards nothing: the flag applies to stages 1-3, so one command line serves all four.
   if (options.stage > 0) config.shard_group_size = options.shard_group;
   if (options.stage == 3) config.hpz_group_size = options.hpz;
+  if (options.stage > 0) config.offload_optimizer = options.offload ? 1 : 0;
+  // Stage 0 offloads nothing: it runs the ordinary step there.
+  const bool in_backward = options.in_backward && options.stage > 0;
   zrt_partition_t pm = nullptr;
   CHECK_ZRT(zrt_partition_create(comm, &config, &pm));
 
@@ -395,12 +398,22 @@ int run(const Options& options) {
   const float grad_scale = 1.0f / static_cast<float>(local_batch * options.micro_batches);
   const auto run_start = std::chrono::steady_clock::now();
 
+  void* armed_config = nullptr;  // --optimizer-in-backward with a fused optimizer
   for (int step = first_step; step < options.steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
     for (int micro = 0; micro < options.micro_batches; ++micro) {
       const bool sync = !options.no_sync || micro == options.micro_batches - 1;
       if (options.micro_batches > 1) CHECK_ZRT(zrt_partition_set_sync(pm, sync ? 1 : 0));
+      if (in_backward && micro == options.micro_batches - 1) {
+        // The step's last micro-batch: its backward runs each segment's optimizer.
+        if (fused.enabled()) {
+          armed_config = fused.step_config(1.0f);
+          CHECK_ZRT(zrt_partition_step_in_backward(pm, fused.fn(), armed_config));
+        } else {
+          CHECK_ZRT(zrt_partition_step_in_backward(pm, adamw_callback, &optimizer));
+        }
+      }
       const int first = (rank * options.micro_batches + micro) * local_batch;
       corpus.batch(options.seed, step, options.batch, first, local_batch, &inputs, &targets);
 
@@ -444,8 +457,8 @@ int run(const Options& options) {
     }
     // Gradient clipping needs the global norm: one small all-reduce over the reduced shards.
     double norm = 0.0;
-    optimizer.grad_multiplier = 1.0f;
     if (options.clip > 0) {
+      optimizer.grad_multiplier = 1.0f;
       int nonfinite = 0;
       CHECK_ZRT(zrt_partition_grad_norm(pm, &norm, &nonfinite));
       if (nonfinite) {
@@ -455,7 +468,9 @@ int run(const Options& options) {
       if (norm > options.clip) optimizer.grad_multiplier = static_cast<float>(options.clip / norm);
     }
     if (fused.enabled()) {
-      CHECK_ZRT(zrt_partition_step(pm, fused.fn(), fused.step_config(optimizer.grad_multiplier)));
+      // Armed, the config is in use by zrt's thread already: the step passes it unchanged.
+      void* config = in_backward ? armed_config : fused.step_config(optimizer.grad_multiplier);
+      CHECK_ZRT(zrt_partition_step(pm, fused.fn(), config));
     } else {
       CHECK_ZRT(zrt_partition_step(pm, adamw_callback, &optimizer));
     }

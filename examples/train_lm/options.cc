@@ -50,6 +50,11 @@ const char* usage() {
          "  --optimizer NAME            own (train_lm's AdamW), or zrt's fused zrt-adamw,\n"
          "                              zrt-adam, zrt-sgd (momentum 0.9), zrt-lion   [own]\n"
          "  --optimizer-threads N       threads of the fused optimizer (0 = all CPUs) [1]\n"
+         "  --offload                   stages 1-3: master and optimizer state in host\n"
+         "                              memory, the step a pipeline over segments\n"
+         "                              (ZeRO-Offload; ignored at stage 0)\n"
+         "  --optimizer-in-backward     with --offload: each segment's optimizer runs in\n"
+         "                              backward as its reduction ends (not with --clip)\n"
          "  --seed N                    data and initialisation seed              [1234]\n"
          "  --print-every N             print the loss every N steps              [5]\n"
          "  --corpus FILE               training text          [/usr/share/dict/words]\n"
@@ -149,6 +154,10 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       if (!value(&text)) return false;
       if (!parse_int(text, 0, 1024, &integer)) return bad("expected 0 to 1024 threads");
       options->optimizer_threads = static_cast<int>(integer);
+    } else if (flag == "--offload") {
+      options->offload = true;
+    } else if (flag == "--optimizer-in-backward") {
+      options->in_backward = true;
     } else if (flag == "--seed") {
       if (!value(&text)) return false;
       if (!parse_int(text, 0, 1L << 62, &integer)) return bad("expected a non-negative integer");
@@ -180,6 +189,15 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
   }
   if (options->batch % options->micro_batches != 0) {
     *error = "--batch must be divisible by --micro-batches";
+    return false;
+  }
+  if (options->in_backward && !options->offload) {
+    *error = "--optimizer-in-backward needs --offload (the optimizer offloaded to the host)";
+    return false;
+  }
+  if (options->in_backward && options->clip > 0) {
+    *error =
+        "--optimizer-in-backward runs the optimizer before the global norm is known: drop --clip";
     return false;
   }
   return true;

@@ -26,6 +26,8 @@ struct Options {
   double clip = 0.0;              // clip the global gradient norm to this (0 = off)
   std::string optimizer = "own";  // or zrt-adamw, zrt-adam, zrt-sgd, zrt-lion (fused_optimizer.h)
   int optimizer_threads = 1;      // the fused optimizer's pool (0 = every CPU of the mask)
+  bool offload = false;           // stages 1-3: offload_optimizer (ZeRO-Offload)
+  bool in_backward = false;       // with offload: zrt_partition_step_in_backward, no --clip
   uint64_t seed = 1234;
   int print_every = 5;
   std::string corpus = "/usr/share/dict/words";
