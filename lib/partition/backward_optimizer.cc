@@ -10,6 +10,10 @@ BackwardOptimizer::BackwardOptimizer(size_t segments) {
 }
 
 BackwardOptimizer::~BackwardOptimizer() {
+  stop();
+}
+
+void BackwardOptimizer::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

@@ -9,8 +9,8 @@
 // Why a thread of its own rather than the progress thread: the callback is CPU work of
 // milliseconds, and the progress thread must keep serving the reductions it overlaps.
 //
-// Threading: start, push, finish and cancelled are called from the training thread (cancelled
-// also from the job); the thread is created at the first start and joined by the destructor,
+// Threading: start, push, finish and stop are called from the training thread, cancelled also
+// from the job; the thread is created at the first start and joined by stop (or the destructor),
 // which skips whatever is still queued (a job in progress finishes its segment).
 #pragma once
 
@@ -44,7 +44,10 @@ class BackwardOptimizer {
   // Waits until every pushed segment ran or was skipped, ends the job and returns its first
   // failure.
   Status finish();
-  // The destructor has begun: a job should not start another callback.
+  // Stops the thread: a job in progress finishes its segment, the rest is skipped; returns once
+  // the thread has ended. Idempotent; the destructor calls it.
+  void stop();
+  // stop() has begun: a job should not start another callback.
   bool cancelled();
 
  private:

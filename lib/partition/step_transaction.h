@@ -91,7 +91,12 @@ class StepTransaction {
   bool armed_backward_done() const;
   // Stops the backward optimizer's thread (the manager is being destroyed): a callback in
   // progress finishes, the rest is skipped.
-  void stop_backward_optimizer() { backward_.reset(); }
+  void stop_backward_optimizer() {
+    // Joined before the object goes: its job reads backward_ (unique_ptr::reset nulls the
+    // pointer before the destructor runs).
+    if (backward_ != nullptr) backward_->stop();
+    backward_.reset();
+  }
 
   // A unit was fetched: enqueue the next share of the backup's copy, if it is out of date.
   void on_fetch();
