@@ -53,6 +53,16 @@ def test_fused_optimizer_bit_identical_to_ddp(tmp_path, optimizer):
         assert_identical(result, zrt_params, ddp_params)
 
 
+def test_fused_optimizer_offloaded_bit_identical_to_ddp(tmp_path):
+    """ShardConfig(offload_optimizer=True) with zrt's fused AdamW (ZeRO-Offload: the optimizer
+    per segment on the host as each reduction ends) at stages 1-3: still DDP's bits."""
+    runs = run_ddp_stages(tmp_path, 2, [1, 2, 3], "--model", "gpt", "--optimizer", "zrt-adamw",
+                          "--offload", "--steps", 3)
+    for result, zrt_params, ddp_params in runs.values():
+        assert result["memory"]["host_model_state"] > 0
+        assert_identical(result, zrt_params, ddp_params)
+
+
 def test_bf16_within_tolerance(tmp_path):
     """bf16 parameters and activations, f32 master and reduction, against f32 DDP: bf16 keeps
     8 bits of mantissa, so losses agree to 2 % and parameters to 2e-2 absolute after 4 steps."""

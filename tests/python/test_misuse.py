@@ -51,6 +51,25 @@ def test_too_few_optimizer_slots_names_the_setting():
     comm.destroy()
 
 
+def test_fused_optimizer_misuse_names_what_to_do():
+    comm = one_rank_comm()
+    model = models.make("mlp")
+    sharded = zt.shard(model, stage=2, comm=comm, config=zt.ShardConfig(optimizer_slots=1))
+    with pytest.raises(ValueError, match=r"ShardConfig\(optimizer_slots=2\)"):
+        zt.FusedOptimizer(sharded, "adamw")
+    with pytest.raises(ValueError, match=r"kind 'adagrad' is not one of adamw, adam, sgd, lion"):
+        zt.FusedOptimizer(sharded, "adagrad")
+    with pytest.raises(ValueError, match="no_decay is not a parameter of the sharded model"):
+        zt.FusedOptimizer(sharded, "sgd", momentum=0.9, no_decay=[torch.zeros(3)])
+    sharded.close()
+    offloaded = zt.shard(models.make("mlp"), stage=2, comm=comm,
+                         config=zt.ShardConfig(offload_optimizer=True))
+    with pytest.raises(ValueError, match="use zrt.torch.FusedOptimizer"):
+        zt.Optimizer(offloaded, torch.optim.AdamW, lr=1e-3)
+    offloaded.close()
+    comm.destroy()
+
+
 def test_overlapping_units_are_refused():
     comm = one_rank_comm()
     model = models.make("mlp")

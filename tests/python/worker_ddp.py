@@ -32,6 +32,7 @@ parser.add_argument("--resume", default=None, help="zrt checkpoint folder to sta
 parser.add_argument("--no-ddp", action="store_true")
 parser.add_argument("--dump-loaded", action="store_true", help="write the parameters after load")
 parser.add_argument("--prefetch-depth", type=int, default=None)
+parser.add_argument("--offload", action="store_true", help="ShardConfig(offload_optimizer)")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -128,6 +129,7 @@ def run(stage, out):
     config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
                             bucket_bytes=4096, no_sync_accumulation=args.no_sync,
                             prefetch_depth=args.prefetch_depth,
+                            offload_optimizer=args.offload,
                             optimizer_slots=1 if args.optimizer.endswith("sgd") else 2)
     sharded = zt.shard(model, stage=stage, config=config)
     opt = make_zrt_opt(sharded)

@@ -11,7 +11,8 @@ class ShardConfig:
 
     param_dtype: the dtype the model computes in (bfloat16 for mixed precision; the f32 master
     stays in zrt). reduce_dtype: gradient buckets and reductions. optimizer_slots: the f32 state
-    tensors per element the optimizer keeps (Adam/AdamW 2, SGD with momentum 1)."""
+    tensors per element the optimizer keeps (Adam/AdamW 2, SGD with momentum 1).
+    offload_optimizer: master and optimizer state in host memory (ZeRO-Offload)."""
     param_dtype: Optional[torch.dtype] = None  # None: the model's dtype
     reduce_dtype: torch.dtype = torch.float32
     optimizer_slots: int = 2
@@ -24,4 +25,7 @@ class ShardConfig:
     no_sync_accumulation: bool = False
     step_backup: bool = True
     prefetch_next_step: bool = False
+    # Stages 1-3, ZeRO-Offload: master and optimizer state in host memory (pinned beside a CUDA
+    # model), the step a pipeline over segments; needs zrt.torch.FusedOptimizer.
+    offload_optimizer: bool = False
     timeout_s: Optional[float] = None

@@ -4,7 +4,9 @@ zrt_partition_step is handed the C function (zrt_optimizer_adamw, ...) and a con
 the step runs no Python: one pass over master, gradient and state that also writes the
 parameter copy, in SIMD and on a thread pool (docs/API.md, "Fused optimizers"). The update is
 torch.optim 1.13's single-tensor formula in its order of operations, so it equals
-zrt.torch.Optimizer over torch.optim.AdamW (and Adam, SGD) bit for bit. Host (CPU) tensors only.
+zrt.torch.Optimizer over torch.optim.AdamW (and Adam, SGD) bit for bit. A CPU model, or any
+model sharded with ShardConfig(offload_optimizer=True): ZeRO-Offload, the optimizer run on the
+host per segment as each reduction ends, its state in host memory.
 Every per-element state tensor lives in zrt's optimizer slots, so zrt's checkpoints and its
 step rollback cover all of it.
 """
@@ -30,9 +32,11 @@ class FusedOptimizer:
         if kind not in _KINDS:
             raise ValueError(f"zrt.torch.FusedOptimizer: kind {kind!r} is not one of "
                              f"{', '.join(_KINDS)}")
-        if sharded.device.type != "cpu":
+        if sharded.device.type != "cpu" and not sharded.config.offload_optimizer:
             raise ValueError(f"zrt.torch.FusedOptimizer runs on host memory; the model is on "
-                             f"{sharded.device}: use zrt.torch.Optimizer with a torch optimizer")
+                             f"{sharded.device}: shard it with ShardConfig(offload_optimizer="
+                             f"True) (master and state then live in host memory), or use "
+                             f"zrt.torch.Optimizer with a torch optimizer")
         slots = _SLOTS.get(kind, 1 if momentum else 0)
         have = sharded.config.optimizer_slots
         if have != slots:

@@ -21,6 +21,11 @@ class Optimizer:
     param_groups: like torch's, over the model's parameters (None: all trainable ones)."""
 
     def __init__(self, sharded, optimizer_class, param_groups=None, **kwargs):
+        if sharded.config.offload_optimizer:
+            # The offloaded step calls the optimizer once per segment, on a slice of the shard;
+            # a torch optimizer steps all its parameters at every call.
+            raise ValueError("zrt.torch.Optimizer steps the whole shard at once; with "
+                             "ShardConfig(offload_optimizer=True) use zrt.torch.FusedOptimizer")
         self.sharded = sharded
         pm = sharded.pm
         self.pieces = [(p.param, p.param_offset, p.shard_offset, p.count)

@@ -157,6 +157,7 @@ class ShardedModel:
                       no_sync_accumulation=int(c.no_sync_accumulation),
                       step_backup=int(c.step_backup),
                       prefetch_next_step=int(c.prefetch_next_step),
+                      offload_optimizer=int(c.offload_optimizer),
                       grad_accumulate=1)  # autograd adds into .grad, the window itself
         for name in ("bucket_bytes", "prefetch_depth", "prefetch_bytes", "max_live_bytes",
                      "persistence_threshold", "alignment"):
