@@ -103,6 +103,15 @@ std::vector<float> train_once(zrt_comm_t comm, int stage, zrt_mem_kind_t kind,
       << zrt_last_error();
   EXPECT_EQ(zrt_partition_fetch(pm, unit), ZRT_SUCCESS) << zrt_last_error();
   EXPECT_EQ(zrt_partition_release(pm, unit), ZRT_SUCCESS) << zrt_last_error();
+  if (device && offload) {
+    // The optimizer during backward is host memory's: refused here, naming the step that
+    // overlaps on a device.
+    SgdContext unused{false};
+    EXPECT_EQ(zrt_partition_step_in_backward(pm, sgd, &unused), ZRT_UNSUPPORTED);
+    EXPECT_NE(std::string(zrt_last_error()).find("call zrt_partition_step alone"),
+              std::string::npos)
+        << zrt_last_error();
+  }
   void* grad = nullptr;
   EXPECT_EQ(zrt_partition_grad_data(pm, param, &grad), ZRT_SUCCESS) << zrt_last_error();
   copy_in(device, grad, grads.data(), kNumel);
