@@ -774,7 +774,8 @@ ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn opt
  * on any rank restores every rank from the backup). Called on another thread, the callback
  * must not use state the framework's training thread changes meanwhile; its arguments are as
  * with offload_optimizer. Between arming and the step: no grad_norm (clip without arming),
- * no set_sync(0), load_param or checkpoint, and no micro-batch after the armed one. Local.
+ * no set_sync(0), load_param or checkpoint, no fetch of a unit after its grad_ready, and no
+ * micro-batch after the armed one. Local.
  * Errors: ZRT_INVALID_ARGUMENT (NULL optimizer), ZRT_INVALID_USAGE (offload_optimizer or
  * step_backup is 0, already armed, in the middle of a backward, set_sync(0) pending),
  * ZRT_UNSUPPORTED (mem_kind ZRT_MEM_CUDA: zrt_partition_step alone overlaps there),

@@ -297,6 +297,15 @@ Status PartitionManager::fetch(int unit) {
     return Status::invalid_usage("unit {} (\"{}\") is already fetched; release it first", unit,
                                  unit_specs_[unit].name);
   }
+  if (step_->armed() && (grads_->is_signalled(unit) || step_->armed_backward_done())) {
+    // Its segment's optimizer may be running or done: the parameters are neither this step's
+    // nor the next's until the step commits.
+    return Status::invalid_usage(
+        "fetch of unit {} (\"{}\"): its gradients were signalled in the micro-batch armed by "
+        "zrt_partition_step_in_backward, whose optimizer may already have updated its "
+        "parameters; fetch a unit before its grad_ready, or after zrt_partition_step",
+        unit, unit_specs_[unit].name);
+  }
   ZRT_RETURN_IF_ERROR(window_->fetch(unit));
   // Every fetch after master or state changed enqueues a share of the step backup's copy, so it
   // runs behind the framework's compute, spread over the forward; after this unit's gather and

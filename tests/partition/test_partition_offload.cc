@@ -491,6 +491,8 @@ void misuse_body(int rank, int /*size*/) {
   expect_refused(zrt_partition_load_param(run.pm, run.params[0], values.data(), ZRT_F32),
                  ZRT_INVALID_USAGE, "step_in_backward");
   forward_backward(&run, 0);
+  expect_refused(zrt_partition_fetch(run.pm, 0), ZRT_INVALID_USAGE,
+                 "fetch a unit before its grad_ready, or after zrt_partition_step");
   double norm = 0;
   expect_refused(zrt_partition_grad_norm(run.pm, &norm, nullptr), ZRT_INVALID_USAGE,
                  "without arming");
