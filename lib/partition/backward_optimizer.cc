@@ -37,7 +37,6 @@ Status BackwardOptimizer::start(Job job) {
   queue_.clear();
   next_ = 0;
   failure_ = Status::ok();
-  active_ = true;
   return Status::ok();
 }
 
@@ -63,7 +62,6 @@ void BackwardOptimizer::push(int segment) {
 Status BackwardOptimizer::finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   drained_.wait(lock, [this] { return next_ == queue_.size() && !running_; });
-  active_ = false;
   job_ = nullptr;
   return std::exchange(failure_, Status::ok());
 }

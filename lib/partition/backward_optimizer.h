@@ -38,7 +38,6 @@ class BackwardOptimizer {
 
   // Begins a job (none may be active). Fails only if the thread cannot be started.
   Status start(Job job);
-  bool active() const { return active_; }
   // Queues a segment of the active job (at most `segments` per job).
   void push(int segment);
   // Waits until every pushed segment ran or was skipped, ends the job and returns its first
@@ -62,7 +61,6 @@ class BackwardOptimizer {
   bool stopping_ = false;
   Status failure_;
   Job job_;
-  bool active_ = false;  // training thread only
   std::thread thread_;
 };
 

@@ -34,9 +34,7 @@ Status StepTransaction::arm(zrt_optimizer_fn optimizer, void* user_data) {
   armed_.user_data = user_data;
   armed_.microbatches_before = grads_.microbatches_begun();
   armed_.backup_taken = false;
-  armed_.run = OffloadPipeline::Run{};
-  armed_.run.convert_back = ctx_.policy.param_home() == ParamHome::kOwnedSlices;
-  armed_.run.offer_params = true;  // host memory parameters, and a backup (the manager checked)
+  armed_.run = offload_run();  // a backup and host memory parameters: the manager checked
   handed_.assign(segments, 0);
   const Status started =
       backward_->start([this](int segment) { return run_armed_segment(segment); });

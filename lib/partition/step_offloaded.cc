@@ -36,6 +36,14 @@ Status StepTransaction::drain_offload() {
   });
 }
 
+OffloadPipeline::Run StepTransaction::offload_run() const {
+  const bool backed_up = ctx_.buffers.backup_master != nullptr;
+  OffloadPipeline::Run run;
+  run.convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
+  run.offer_params = backed_up && !ctx_.on_device;
+  return run;
+}
+
 Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_data) {
   const int64_t next = step_ + 1;
   const bool backed_up = ctx_.buffers.backup_master != nullptr;
@@ -61,9 +69,7 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
   }
 
   // The pipeline: per segment, its gradient on the host, the callback, the parameters.
-  OffloadPipeline::Run run;
-  run.convert_back = backed_up && ctx_.policy.param_home() == ParamHome::kOwnedSlices;
-  run.offer_params = backed_up && !ctx_.on_device;
+  OffloadPipeline::Run run = offload_run();
   Status local = ready;
   if (armed()) {
     // Started during backward (step_in_backward.cc; arming needs a backup).

@@ -125,6 +125,10 @@ class StepTransaction {
   // Waits for the gradients' copies to the host and the rest of the reductions (before an
   // offloaded step returns, so a retry reads a whole host gradient).
   Status drain_offload();
+  // The offloaded pipeline's choices for this manager: convert the owned slices back, or hand
+  // the callback its slice's parameters (both need a backup to undo them; the latter host
+  // memory parameters).
+  OffloadPipeline::Run offload_run() const;
   // " 1 (ZRT_TIMEOUT), 3 (ZRT_REMOTE_ERROR)": the ranks whose code is not ZRT_SUCCESS; the
   // lowest one's code in *first.
   static std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first);
