@@ -1,10 +1,12 @@
 // enqueue_collective: argument checks (every message names the argument), the choice of
 // algorithm, and the task that runs it.
 #include <cstdint>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "collectives/algorithm.h"
+#include "collectives/algorithm_plan.h"
 #include "collectives/barrier.h"
 #include "collectives/broadcast_chain.h"
 #include "collectives/coll_task.h"
@@ -276,8 +278,6 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   const bool host_windows = two_level && stream.engine().options().peer_windows;
   const bool windows = !two_level && stream.engine().options().peer_windows;
   const EngineOptions& options = stream.engine().options();
-  const char* forced =
-      algorithm_name(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto));
   const uint64_t table_bytes =
       args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
   // One-shot collectives need every rank's arena mapped (one host), a stream that has an arena
@@ -287,14 +287,14 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       arena && OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
   // The cma all-gather needs the arena's headers and the probe's verdict (peer_pids), no slot.
   const bool cma = arena && options.peer_pids.size() == n;
-  const Unavailable unavailable(one_shot ? "" : kOneShotAlgorithm, cma ? "" : kCmaAlgorithm);
-  auto choose = [&](TableOp op) {
-    const char* algorithm =
-        choose_algorithm(forced, options.algorithm_table.get(), op, size, table_bytes, unavailable);
-    ZRT_LOG_DEBUG("{} of {} bytes on {} ranks: {} algorithm", table_op_name(op), table_bytes, size,
-                  algorithm);
-    return std::string_view(algorithm);
-  };
+  std::optional<AlgorithmPlan> own_plan;
+  if (options.algorithm_plan == nullptr) {
+    own_plan.emplace(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto),
+                     options.algorithm_table.get(), size);
+  }
+  const AlgorithmPlan& plan =
+      options.algorithm_plan != nullptr ? *options.algorithm_plan : *own_plan;
+  auto choose = [&](TableOp op) { return plan.choose(op, table_bytes, one_shot, cma); };
   auto add_one_shot = [&](const void* input, void* output, OneShotOrder order,
                           const std::vector<int>* peer_pids = nullptr) {
     task->add_phase(std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec,
@@ -304,21 +304,20 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   // One-shot reduces in the order of the algorithm the table would run in its place, so that
   // choosing it never changes a result's bits (one_shot.h): the direct all-reduce's or the ring's.
   auto replaced_order = [&] {
-    const char* replaced =
-        choose_algorithm(forced, options.algorithm_table.get(), TableOp::kAllReduce, size,
-                         table_bytes, kOneShotAlgorithm);
-    return std::string_view(replaced) == "direct" ? OneShotOrder::kRank : OneShotOrder::kRing;
+    return plan.choose(TableOp::kAllReduce, table_bytes, false, cma) == AllReduceAlgorithm::kDirect
+               ? OneShotOrder::kRank
+               : OneShotOrder::kRing;
   };
   switch (args.kind) {
     case ZRT_COLL_ALL_REDUCE: {
-      const std::string_view algorithm = choose(TableOp::kAllReduce);
-      if (algorithm == kOneShotAlgorithm) {
+      const AllReduceAlgorithm algorithm = choose(TableOp::kAllReduce);
+      if (algorithm == AllReduceAlgorithm::kOneShot) {
         add_one_shot(send, recv, replaced_order());
-      } else if (algorithm == "direct") {
+      } else if (algorithm == AllReduceAlgorithm::kDirect) {
         task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
-      } else if (algorithm == "rd") {
+      } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {
         task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
-      } else if (algorithm == "ring") {
+      } else if (algorithm == AllReduceAlgorithm::kRing) {
         const BlockLayout layout = BlockLayout::split(args.count, size);
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (two_level) {
@@ -337,19 +336,19 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
         }
       } else {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_reduce algorithm '{}'", name,
-                             algorithm);
+                             algorithm_name(algorithm));
       }
       break;
     }
     case ZRT_COLL_REDUCE_SCATTER: {
-      const std::string_view algorithm = choose(TableOp::kReduceScatter);
-      if (algorithm == kOneShotAlgorithm) {
+      const AllReduceAlgorithm algorithm = choose(TableOp::kReduceScatter);
+      if (algorithm == AllReduceAlgorithm::kOneShot) {
         add_one_shot(send, recv, OneShotOrder::kRing);
         break;
       }
-      if (algorithm != "ring") {
+      if (algorithm != AllReduceAlgorithm::kRing) {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no reduce_scatter algorithm '{}'", name,
-                             algorithm);
+                             algorithm_name(algorithm));
       }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelReduceScatter>(
@@ -364,15 +363,15 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       break;
     }
     case ZRT_COLL_ALL_GATHER: {
-      const std::string_view algorithm = choose(TableOp::kAllGather);
-      if (algorithm == kOneShotAlgorithm || algorithm == kCmaAlgorithm) {
+      const AllReduceAlgorithm algorithm = choose(TableOp::kAllGather);
+      if (algorithm == AllReduceAlgorithm::kOneShot || algorithm == AllReduceAlgorithm::kCma) {
         add_one_shot(send, recv, OneShotOrder::kRing,
-                     algorithm == kCmaAlgorithm ? &options.peer_pids : nullptr);
+                     algorithm == AllReduceAlgorithm::kCma ? &options.peer_pids : nullptr);
         break;
       }
-      if (algorithm != "ring") {
+      if (algorithm != AllReduceAlgorithm::kRing) {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_gather algorithm '{}'", name,
-                             algorithm);
+                             algorithm_name(algorithm));
       }
       if (two_level) {
         task->add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},

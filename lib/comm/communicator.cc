@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "collectives/algorithm.h"
+#include "collectives/algorithm_plan.h"
 #include "collectives/internal.h"
 #include "collectives/peer_memory.h"
 #include "collectives/two_level_grid.h"
@@ -96,6 +97,10 @@ Status Communicator::start_engine() {
     ZRT_RETURN_IF_ERROR(AlgorithmTable::load(path, table.get()));
     engine_options.algorithm_table = std::move(table);
   }
+  auto plan = std::make_shared<AlgorithmPlan>(*engine_options.all_reduce_algorithm,
+                                              engine_options.algorithm_table.get(), size_);
+  ZRT_LOG_DEBUG("algorithm plan of {} ranks:\n{}", size_, plan->describe());
+  engine_options.algorithm_plan = std::move(plan);
   engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.

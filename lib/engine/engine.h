@@ -26,6 +26,7 @@ class Transport;
 class ProgressEngine;
 class Event;
 class AlgorithmTable;  // collectives/algorithm.h; the engine only carries it to the collectives
+class AlgorithmPlan;   // collectives/algorithm_plan.h; likewise
 
 class Stream {
  public:
@@ -114,6 +115,9 @@ struct EngineOptions {
   // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
   // table alone). Shared and immutable: split communicators may hold the same one.
   std::shared_ptr<const AlgorithmTable> algorithm_table;
+  // all_reduce_algorithm and algorithm_table resolved for `size` once, which the communicator
+  // builds (null: every collective resolves its algorithm from the table itself, slower).
+  std::shared_ptr<const AlgorithmPlan> algorithm_plan;
 };
 
 // Resolves EngineOptions::window_slots / window_slot_bytes as described there. Values out of

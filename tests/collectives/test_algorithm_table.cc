@@ -3,11 +3,14 @@
 // named by its line and what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithm.h"
+#include "collectives/algorithm_plan.h"
 #include "tests/harness/status_assert.h"
 
 namespace zrt {
@@ -152,6 +155,57 @@ TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8), "oneshot");
   EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllGather, 2, 8, "oneshot"), "cma");
   EXPECT_STREQ(choose_algorithm("rd", nullptr, TableOp::kReduceScatter, 4, 8, "oneshot"), "ring");
+}
+
+// The plan answers as choose_algorithm does, at every row boundary and on either side of it, for
+// the built-in table, a file in front of it, every forced algorithm and every availability.
+TEST(AlgorithmPlan, AgreesWithChooseAlgorithmAtEveryBoundary) {
+  const AlgorithmTable file = parsed(
+      "all_reduce 2 0-1M rd\nall_gather 3-4 100-5000 ring\nreduce_scatter * 7K-9K oneshot\n");
+  const AllReduceAlgorithm forced_values[] = {
+      AllReduceAlgorithm::kAuto,    AllReduceAlgorithm::kRing,
+      AllReduceAlgorithm::kDirect,  AllReduceAlgorithm::kRecursiveDoubling,
+      AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kCma};
+  std::vector<uint64_t> sizes{0, 1, kAnyBytes - 1, kAnyBytes};
+  for (const AlgorithmTable* table : {&AlgorithmTable::builtin(), &file}) {
+    for (const AlgorithmRow& row : table->rows()) {
+      for (uint64_t edge : {row.min_bytes, row.max_bytes}) {
+        for (uint64_t delta : {uint64_t{0}, uint64_t{1}}) {
+          sizes.push_back(edge - std::min(edge, delta));
+          if (edge < kAnyBytes) sizes.push_back(edge + delta);
+        }
+      }
+    }
+  }
+  int compared = 0;
+  for (const AlgorithmTable* table : {static_cast<const AlgorithmTable*>(nullptr), &file}) {
+    for (AllReduceAlgorithm forced : forced_values) {
+      for (int ranks : {1, 2, 3, 4, 8, 65}) {
+        const AlgorithmPlan plan(forced, table, ranks);
+        for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
+          for (int available = 0; available < 4; ++available) {
+            const bool one_shot = (available & 2) != 0;
+            const bool cma = (available & 1) != 0;
+            const Unavailable unavailable(one_shot ? "" : kOneShotAlgorithm,
+                                          cma ? "" : kCmaAlgorithm);
+            for (uint64_t bytes : sizes) {
+              const char* expected =
+                  choose_algorithm(algorithm_name(forced), table, op, ranks, bytes, unavailable);
+              ASSERT_STREQ(algorithm_name(plan.choose(op, bytes, one_shot, cma)), expected)
+                  << table_op_name(op) << " " << bytes << " bytes, " << ranks << " ranks, forced "
+                  << algorithm_name(forced) << ", oneshot " << one_shot << ", cma " << cma << "\n"
+                  << plan.describe();
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 10000);
+  // What the log shows of it.
+  const std::string text = AlgorithmPlan(AllReduceAlgorithm::kAuto, nullptr, 2).describe();
+  EXPECT_NE(text.find("all_reduce (oneshot, cma): 0-"), std::string::npos) << text;
 }
 
 TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
