@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/core/tick_clock.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/peer_beacons.h"
 #include "lib/engine/peer_verdicts.h"
@@ -61,6 +62,12 @@ inline constexpr int kInlineSpinFactor = 4;
 // AddressSanitizer with ranks sharing 2 cores, up to 330 us: a bound at the spin's 200 us ran
 // out every few hundred and the loop queued again.
 inline constexpr int kInlineWaitFactor = 20;
+// After a wait for idle ran out (a late peer), the submissions that follow queue without
+// waiting until the stream completes a task, but only this many: beyond, each waits again. A
+// submitter that queued without bound ran ahead of its own progress thread, with which it shares
+// a core when ranks are bound: 8-byte all-reduces queued by the hundred thousand and ran at
+// 1.5-5 us each for the rest of the loop instead of 0.5 (1 run in 5).
+inline constexpr uint64_t kQueuedBehindLateMax = 16;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
 
 class StreamImpl final : public Stream {
@@ -124,6 +131,8 @@ class StreamImpl final : public Stream {
   // but did not finish within its spin waits in handed_off_ for the progress thread, which
   // continues it without calling start() again (resumed_, progress thread only).
   bool inline_busy_ = false;
+  // The inline path's clock (inline_run.cc), read under mu_.
+  TickClock clock_;
   std::unique_ptr<Task> handed_off_;
   std::chrono::steady_clock::time_point handed_off_start_;
   bool resumed_ = false;

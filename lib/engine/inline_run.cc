@@ -52,13 +52,15 @@ inline void cpu_relax() {
 // 2-11 us each for the rest of the run instead of 0.8 us (1 run in 5), and the queue held every
 // call the loop issued. The wait lasts while the stream completes a task at least every
 // kInlineWaitFactor x busy_poll_us; one that runs out (a late peer) is not repeated before a
-// task completes, so a submission waits at most one bound per late collective. After a few
+// task completes while at most kQueuedBehindLateMax tasks are ahead, so a submission waits at
+// most one bound per late collective and the queue stays short. After a few
 // spins the waiter sleeps until the next completion (wake_at_): the tasks ahead run on the
 // progress thread, whose core a yielding waiter would share when ranks outnumber cores.
 bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::mutex>& lock,
                                       int look, InlineWait* wait) {
-  if (stream.completed_ < stream.last_slow_ticket_ ||
-      stream.completed_ == stream.inline_wait_expired_at_) {
+  if (stream.completed_ < stream.last_slow_ticket_) return false;
+  if (stream.completed_ == stream.inline_wait_expired_at_ &&
+      stream.enqueued_ - stream.completed_ <= kQueuedBehindLateMax) {
     return false;
   }
   const bool sleeps = look >= kSpinsBeforeYield;
@@ -85,7 +87,8 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
   // Only tasks that move their data through mapped memory run inline: the others skip the lock.
   if (!task->waits_on_memory()) return false;
   uint32_t sequence = 0;
-  std::chrono::steady_clock::time_point start;
+  uint64_t start = 0;    // the stream's TickClock
+  uint64_t until = 0;    // the end of the spin, on the same clock
   int64_t start_ns = 0;  // the flight recorder's clock: posted and started at once
   InlineWait wait;
   for (int look = 0;; ++look) {
@@ -103,9 +106,9 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
     ++stream.enqueued_;
     TraceCall call = task->trace_call();
     call.stream = stream.index();
-    start = std::chrono::steady_clock::now();
-    start_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+    start = stream.clock_.read();
+    start_ns = stream.clock_.to_ns(start);
+    until = start + stream.clock_.ticks_in(options_.busy_poll_us * kInlineSpinFactor * 1000);
     task->trace_ticket = recorder_.post(call, start_ns);
     sequence = stream.resources_.collective_seq.load(std::memory_order_relaxed);
     break;
@@ -113,7 +116,6 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
   recorder_.started(task->trace_ticket, sequence, start_ns);
   TaskContext context =
       context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
-  const auto until = start + std::chrono::microseconds(options_.busy_poll_us * kInlineSpinFactor);
   bool done = false;
   Status status = task->start(context);
   for (int spin = 0; status.is_ok(); ++spin) {
@@ -121,8 +123,7 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
     if (!status.is_ok() || done) break;
     // The clock every kSpinsPerClockLook looks: read on every look it was 12% of an 8-byte
     // all-reduce's samples (perf), all of it between a peer's store and this rank seeing it.
-    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 &&
-        std::chrono::steady_clock::now() >= until) {
+    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 && stream.clock_.read() >= until) {
       break;
     }
     if (spin < kSpinsBeforeYield) {
@@ -134,8 +135,10 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
   const bool finished = status.is_ok() && done;
   bool wake_thread = false;
   bool notify = false;
+  int64_t busy = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    busy = stream.clock_.duration_ns(start, stream.clock_.read());
     stream.inline_busy_ = false;
     if (finished) {
       stream.resources_.collective_seq.fetch_add(1, std::memory_order_relaxed);
@@ -146,14 +149,12 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
       // The task's progress() reports a failure again (phases keep their first error), now
       // where the engine handles it.
       stream.handed_off_ = std::move(task);
-      stream.handed_off_start_ = start;
+      stream.handed_off_start_ =
+          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(start_ns));
       wake_thread = true;
     }
   }
   if (finished) {
-    const auto busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
     const zrt_coll_kind_t kind = task->kind();
     if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
       counters_.add(kind, task->internal(), task->bytes_sent(), task->bytes_received(),
