@@ -28,6 +28,21 @@ class Event;
 class AlgorithmTable;  // collectives/algorithm.h; the engine only carries it to the collectives
 class AlgorithmPlan;   // collectives/algorithm_plan.h; likewise
 
+// A collective that the submitting thread runs from start to end without a Task: a one-shot
+// collective's tiny deposit (collectives/one_shot_lane.h). Stream::begin_inline claims the idle
+// stream as a task that runs inline would (lib/engine/inline_run.cc); the caller then moves the
+// data, spinning until inline_expired, and ends the claim with end_inline (completed) or
+// hand_off_inline (a task already started, continued by the progress thread).
+struct InlineCall {
+  TraceCall trace;  // in: what the flight recorder notes (the engine fills in the stream)
+  // Out, from begin_inline until the claim ends.
+  std::optional<TaskContext> context;
+  uint64_t start = 0;  // readings of the stream's clock
+  uint64_t until = 0;  // when the caller's spin ends
+  int64_t start_ns = 0;
+  uint64_t trace_ticket = 0;
+};
+
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -44,6 +59,18 @@ class Stream {
   virtual Status query() = 0;
   // Work enqueued after this call waits for `event`.
   virtual Status wait_event(Event& event) = 0;
+
+  // Task-less inline collectives (InlineCall above). begin_inline: whether the calling thread
+  // now holds the stream, which was idle (or became so within a short wait) and has its one-shot
+  // arena mapped; false: enqueue the collective as a task instead. Every claim ends with exactly
+  // one of end_inline (the collective completed: it counts one sequence number, its bytes and
+  // busy time, as a task would) and hand_off_inline (`task`, whose start() has run, continues on
+  // the progress thread; its errors and timeouts are the engine's as for any task).
+  virtual bool begin_inline(InlineCall* /*call*/) { return false; }
+  virtual bool inline_expired(const InlineCall& /*call*/) const { return true; }
+  virtual void end_inline(InlineCall& /*call*/, zrt_coll_kind_t /*kind*/, bool /*internal*/,
+                          uint64_t /*bytes_sent*/, uint64_t /*bytes_received*/) {}
+  virtual void hand_off_inline(InlineCall& /*call*/, std::unique_ptr<Task> /*task*/) {}
 
   virtual int index() const = 0;  // creation order within the communicator
   virtual zrt_mem_kind_t mem_kind() const = 0;

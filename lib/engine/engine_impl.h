@@ -80,6 +80,11 @@ class StreamImpl final : public Stream {
   Status synchronize() override;
   Status query() override;
   Status wait_event(Event& event) override;
+  bool begin_inline(InlineCall* call) override;
+  bool inline_expired(const InlineCall& call) const override { return clock_.read() >= call.until; }
+  void end_inline(InlineCall& call, zrt_coll_kind_t kind, bool internal, uint64_t bytes_sent,
+                  uint64_t bytes_received) override;
+  void hand_off_inline(InlineCall& call, std::unique_ptr<Task> task) override;
   int index() const override { return index_; }
   zrt_mem_kind_t mem_kind() const override { return kind_; }
   ProgressEngine& engine() override;
@@ -170,6 +175,13 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   // (inline_run.cc): true when it took the task (completed, or handed to the progress thread),
   // false when the caller must enqueue it as usual (then `task` is untouched).
   bool run_inline(StreamImpl& stream, std::unique_ptr<Task>& task);
+  // Its parts, which task-less inline collectives use too (Stream::begin_inline): the claim
+  // (`task`: the task to run, whose runs_inline decides; null: the one-shot arena must be
+  // mapped), its end once completed, and the hand-off of what is left to the progress thread.
+  bool begin_inline(StreamImpl& stream, const Task* task, InlineCall* call);
+  void end_inline(StreamImpl& stream, InlineCall& call, zrt_coll_kind_t kind, bool internal,
+                  uint64_t bytes_sent, uint64_t bytes_received);
+  void hand_off_inline(StreamImpl& stream, InlineCall& call, std::unique_ptr<Task> task);
   // Whether `task` ends within a small collective's time once its peers are there: it moves
   // its data through mapped memory, or it communicates at most kInlineWaitMaxBytes.
   bool ends_soon(const Task& task) const;

@@ -86,10 +86,40 @@ bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::
 bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
   // Only tasks that move their data through mapped memory run inline: the others skip the lock.
   if (!task->waits_on_memory()) return false;
+  InlineCall call;
+  call.trace = task->trace_call();
+  if (!begin_inline(stream, task.get(), &call)) return false;
+  task->trace_ticket = call.trace_ticket;
+  TaskContext& context = *call.context;
+  bool done = false;
+  Status status = task->start(context);
+  for (int spin = 0; status.is_ok(); ++spin) {
+    status = task->progress(context, &done);
+    if (!status.is_ok() || done) break;
+    // The clock every kSpinsPerClockLook looks: read on every look it was 12% of an 8-byte
+    // all-reduce's samples (perf), all of it between a peer's store and this rank seeing it.
+    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 && stream.inline_expired(call)) break;
+    if (spin < kSpinsBeforeYield) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
+  if (status.is_ok() && done) {
+    end_inline(stream, call, task->kind(), task->internal(), task->bytes_sent(),
+               task->bytes_received());
+    ZRT_LOG_TRACE("stream {}: {} done inline", stream.index(), task->describe());
+    task.reset();
+  } else {
+    // The task's progress() reports a failure again (phases keep their first error), now where
+    // the engine handles it.
+    hand_off_inline(stream, call, std::move(task));
+  }
+  return true;
+}
+
+bool EngineImpl::begin_inline(StreamImpl& stream, const Task* task, InlineCall* call) {
   uint32_t sequence = 0;
-  uint64_t start = 0;    // the stream's TickClock
-  uint64_t until = 0;    // the end of the spin, on the same clock
-  int64_t start_ns = 0;  // the flight recorder's clock: posted and started at once
   InlineWait wait;
   for (int look = 0;; ++look) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -101,75 +131,64 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
       continue;
     }
     // Only an idle stream's resources are this thread's to read: the progress thread's else.
-    if (!task->runs_inline(stream.resources_)) return false;
+    const bool ready =
+        task != nullptr ? task->runs_inline(stream.resources_) : stream.resources_.one_shot.ready;
+    if (!ready) return false;
     stream.inline_busy_ = true;
     ++stream.enqueued_;
-    TraceCall call = task->trace_call();
-    call.stream = stream.index();
-    start = stream.clock_.read();
-    start_ns = stream.clock_.to_ns(start);
-    until = start + stream.clock_.ticks_in(options_.busy_poll_us * kInlineSpinFactor * 1000);
-    task->trace_ticket = recorder_.post(call, start_ns);
+    call->trace.stream = stream.index();
+    call->start = stream.clock_.read();
+    call->start_ns = stream.clock_.to_ns(call->start);
+    call->until =
+        call->start + stream.clock_.ticks_in(options_.busy_poll_us * kInlineSpinFactor * 1000);
+    call->trace_ticket = recorder_.post(call->trace, call->start_ns);
     sequence = stream.resources_.collective_seq.load(std::memory_order_relaxed);
     break;
   }
-  recorder_.started(task->trace_ticket, sequence, start_ns);
-  TaskContext context =
-      context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
-  bool done = false;
-  Status status = task->start(context);
-  for (int spin = 0; status.is_ok(); ++spin) {
-    status = task->progress(context, &done);
-    if (!status.is_ok() || done) break;
-    // The clock every kSpinsPerClockLook looks: read on every look it was 12% of an 8-byte
-    // all-reduce's samples (perf), all of it between a peer's store and this rank seeing it.
-    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 && stream.clock_.read() >= until) {
-      break;
-    }
-    if (spin < kSpinsBeforeYield) {
-      cpu_relax();
-    } else {
-      sched_yield();
-    }
-  }
-  const bool finished = status.is_ok() && done;
-  bool wake_thread = false;
-  bool notify = false;
+  recorder_.started(call->trace_ticket, sequence, call->start_ns);
+  call->context.emplace(
+      context_for(stream, make_tag_base(false, stream.index(), sequence), sequence));
+  return true;
+}
+
+void EngineImpl::end_inline(StreamImpl& stream, InlineCall& call, zrt_coll_kind_t kind,
+                            bool internal, uint64_t bytes_sent, uint64_t bytes_received) {
   int64_t busy = 0;
+  bool notify = false;
+  bool wake_thread = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    busy = stream.clock_.duration_ns(start, stream.clock_.read());
+    busy = stream.clock_.duration_ns(call.start, stream.clock_.read());
     stream.inline_busy_ = false;
-    if (finished) {
-      stream.resources_.collective_seq.fetch_add(1, std::memory_order_relaxed);
-      ++stream.completed_;
-      notify = stream.take_waiters_locked();
-      wake_thread = !stream.queue_.empty();
-    } else if (!stream.failed_) {
-      // The task's progress() reports a failure again (phases keep their first error), now
-      // where the engine handles it.
+    stream.resources_.collective_seq.fetch_add(1, std::memory_order_relaxed);
+    ++stream.completed_;
+    notify = stream.take_waiters_locked();
+    wake_thread = !stream.queue_.empty();
+  }
+  if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
+    counters_.add(kind, internal, bytes_sent, bytes_received, static_cast<uint64_t>(busy));
+  }
+  recorder_.finished(call.trace_ticket, true, call.start_ns + busy);
+  if (notify) done_cv_.notify_all();
+  if (wake_thread) wake();
+}
+
+void EngineImpl::hand_off_inline(StreamImpl& stream, InlineCall& call, std::unique_ptr<Task> task) {
+  task->trace_ticket = call.trace_ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream.inline_busy_ = false;
+    if (!stream.failed_) {
       stream.handed_off_ = std::move(task);
       stream.handed_off_start_ =
-          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(start_ns));
-      wake_thread = true;
+          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(call.start_ns));
     }
   }
-  if (finished) {
-    const zrt_coll_kind_t kind = task->kind();
-    if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
-      counters_.add(kind, task->internal(), task->bytes_sent(), task->bytes_received(),
-                    static_cast<uint64_t>(busy));
-    }
-    recorder_.finished(task->trace_ticket, true, start_ns + busy);
-    ZRT_LOG_TRACE("stream {}: {} done inline", stream.index(), task->describe());
-    task.reset();
-    if (notify) done_cv_.notify_all();
-  } else if (task != nullptr) {
-    recorder_.finished(task->trace_ticket, false);
+  if (task != nullptr) {
+    recorder_.finished(call.trace_ticket, false);
     task.reset();  // the stream failed meanwhile: dropped, as its queue was
   }
-  if (wake_thread) wake();
-  return true;
+  wake();
 }
 
 }  // namespace zrt

@@ -35,6 +35,19 @@ Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
   return Status::ok();
 }
 
+bool StreamImpl::begin_inline(InlineCall* call) {
+  return engine_.begin_inline(*this, nullptr, call);
+}
+
+void StreamImpl::end_inline(InlineCall& call, zrt_coll_kind_t kind, bool internal,
+                            uint64_t bytes_sent, uint64_t bytes_received) {
+  engine_.end_inline(*this, call, kind, internal, bytes_sent, bytes_received);
+}
+
+void StreamImpl::hand_off_inline(InlineCall& call, std::unique_ptr<Task> task) {
+  engine_.hand_off_inline(*this, call, std::move(task));
+}
+
 Status StreamImpl::enqueue_host_function(std::function<Status()> function, const char* name) {
   if (!function) return Status::invalid_argument("stream {}: host function is empty", index_);
   return enqueue(std::make_unique<HostFunctionTask>(std::move(function), name));
