@@ -1,7 +1,7 @@
 // enqueue_collective: argument checks (every message names the argument), the choice of
 // algorithm, and the task that runs it.
 #include <cstdint>
-#include <optional>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -14,6 +14,7 @@
 #include "collectives/direct_all_reduce.h"
 #include "collectives/local_copy.h"
 #include "collectives/one_shot.h"
+#include "collectives/one_shot_lane.h"
 #include "collectives/order_check.h"
 #include "collectives/point_to_point.h"
 #include "collectives/recursive_doubling_all_reduce.h"
@@ -134,7 +135,8 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   const size_t esize = is_barrier ? 1 : dtype_size(args.dtype);
   const size_t bytes = args.count * esize;
   const size_t n = static_cast<size_t>(size);
-  if (!is_barrier && args.count > SIZE_MAX / esize / n) {
+  size_t total_bytes = 0;  // a multiplication's overflow check: two divisions cost more (perf)
+  if (!is_barrier && __builtin_mul_overflow(args.count, esize * n, &total_bytes)) {
     return Status::invalid_argument("{}: count {} is too large", name, args.count);
   }
   const bool rooted = args.kind == ZRT_COLL_BROADCAST || args.kind == ZRT_COLL_REDUCE;
@@ -234,38 +236,40 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     return device->enqueue_collectives(rank, size, &args, 1);
   }
 
-  auto task =
-      std::make_unique<CollTask>(describe(args), p2p ? args.peer : -1, args.kind == ZRT_COLL_SEND);
-  if (!p2p) task->set_fingerprint(make_fingerprint(args));
-  task->set_trace(trace_call(args));
-  if (args.purpose == Purpose::kInternal) task->set_internal();
+  // On the stack: a one-shot collective may run and complete on this thread (one_shot_lane.h);
+  // the others move to the heap for the stream's queue.
+  CollTask task(describe(args), p2p ? args.peer : -1, args.kind == ZRT_COLL_SEND);
+  if (!p2p) task.set_fingerprint(make_fingerprint(args));
+  task.set_trace(trace_call(args));
+  if (args.purpose == Purpose::kInternal) task.set_internal();
+  auto enqueue_task = [&] { return stream.enqueue(std::make_unique<CollTask>(std::move(task))); };
   const void* send = args.sendbuf;
   void* recv = args.recvbuf;
   if (p2p) {
-    if (args.peer == rank) task->set_local();
+    if (args.peer == rank) task.set_local();
     if (args.kind == ZRT_COLL_SEND) {
-      task->add_phase(std::make_unique<SendPhase>(send, bytes, args.peer));
+      task.add_phase(std::make_unique<SendPhase>(send, bytes, args.peer));
     } else {
-      task->add_phase(std::make_unique<RecvPhase>(recv, bytes, args.peer));
+      task.add_phase(std::make_unique<RecvPhase>(recv, bytes, args.peer));
     }
-    return stream.enqueue(std::move(task));
+    return enqueue_task();
   }
   if (size == 1) {
-    task->set_local();
+    task.set_local();
     switch (args.kind) {
       case ZRT_COLL_ALL_REDUCE:
       case ZRT_COLL_REDUCE_SCATTER:
       case ZRT_COLL_REDUCE:
-        task->add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
+        task.add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
         break;
       case ZRT_COLL_ALL_GATHER:
       case ZRT_COLL_BROADCAST:
-        task->add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
+        task.add_phase(std::make_unique<LocalCopy>(send, recv, args.count, spec));
         break;
       default:
         break;  // barrier of one
     }
-    return stream.enqueue(std::move(task));
+    return enqueue_task();
   }
 
   // Ranks on several hosts: the rings run inside each host, then across (two_level_*.h).
@@ -287,19 +291,20 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       arena && OneShotPhase::deposit_bytes(args.kind, args.count, esize, size) <= kOneShotSlotBytes;
   // The cma all-gather needs the arena's headers and the probe's verdict (peer_pids), no slot.
   const bool cma = arena && options.peer_pids.size() == n;
-  std::optional<AlgorithmPlan> own_plan;
+  // A pointer, not an optional: the optional's 300 bytes were zeroed on every call (perf).
+  std::unique_ptr<AlgorithmPlan> own_plan;
   if (options.algorithm_plan == nullptr) {
-    own_plan.emplace(options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto),
-                     options.algorithm_table.get(), size);
+    own_plan = std::make_unique<AlgorithmPlan>(
+        options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto),
+        options.algorithm_table.get(), size);
   }
   const AlgorithmPlan& plan =
       options.algorithm_plan != nullptr ? *options.algorithm_plan : *own_plan;
   auto choose = [&](TableOp op) { return plan.choose(op, table_bytes, one_shot, cma); };
-  auto add_one_shot = [&](const void* input, void* output, OneShotOrder order,
+  auto run_one_shot = [&](const void* input, void* output, OneShotOrder order,
                           const std::vector<int>* peer_pids = nullptr) {
-    task->add_phase(std::make_unique<OneShotPhase>(args.kind, input, output, args.count, spec,
-                                                   order, peer_pids));
-    task->set_memory_path();
+    return run_one_shot_collective(
+        stream, task, OneShotPhase(args.kind, input, output, args.count, spec, order, peer_pids));
   };
   // One-shot reduces in the order of the algorithm the table would run in its place, so that
   // choosing it never changes a result's bits (one_shot.h): the direct all-reduce's or the ring's.
@@ -312,27 +317,27 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     case ZRT_COLL_ALL_REDUCE: {
       const AllReduceAlgorithm algorithm = choose(TableOp::kAllReduce);
       if (algorithm == AllReduceAlgorithm::kOneShot) {
-        add_one_shot(send, recv, replaced_order());
+        return run_one_shot(send, recv, replaced_order());
       } else if (algorithm == AllReduceAlgorithm::kDirect) {
-        task->add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
+        task.add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {
-        task->add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
+        task.add_phase(std::make_unique<RecursiveDoublingAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == AllReduceAlgorithm::kRing) {
         const BlockLayout layout = BlockLayout::split(args.count, size);
         char* own = static_cast<char*>(recv) + layout.offset(rank) * esize;
         if (two_level) {
-          task->add_phase(std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0,
-                                                                  host_windows));
-          task->add_phase(std::make_unique<TwoLevelAllGather>(own, recv, layout, esize, grid,
-                                                              kTwoLevelGatherTags, host_windows));
+          task.add_phase(std::make_unique<TwoLevelReduceScatter>(send, own, layout, spec, grid, 0,
+                                                                 host_windows));
+          task.add_phase(std::make_unique<TwoLevelAllGather>(own, recv, layout, esize, grid,
+                                                             kTwoLevelGatherTags, host_windows));
         } else if (windows) {
-          task->add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
+          task.add_phase(std::make_unique<WindowReduceScatter>(send, own, layout, spec, 0));
           const uint32_t after = WindowPhase::units(layout, size, esize, options.window_slot_bytes);
-          task->add_phase(std::make_unique<WindowAllGather>(own, recv, layout, esize, after));
+          task.add_phase(std::make_unique<WindowAllGather>(own, recv, layout, esize, after));
         } else {
-          task->add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
+          task.add_phase(std::make_unique<RingReduceScatter>(send, own, layout, spec, 0));
           const uint32_t after = RingReduceScatter::units(layout, size, esize);
-          task->add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
+          task.add_phase(std::make_unique<RingAllGather>(own, recv, layout, esize, after));
         }
       } else {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_reduce algorithm '{}'", name,
@@ -343,21 +348,20 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     case ZRT_COLL_REDUCE_SCATTER: {
       const AllReduceAlgorithm algorithm = choose(TableOp::kReduceScatter);
       if (algorithm == AllReduceAlgorithm::kOneShot) {
-        add_one_shot(send, recv, OneShotOrder::kRing);
-        break;
+        return run_one_shot(send, recv, OneShotOrder::kRing);
       }
       if (algorithm != AllReduceAlgorithm::kRing) {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no reduce_scatter algorithm '{}'", name,
                              algorithm_name(algorithm));
       }
       if (two_level) {
-        task->add_phase(std::make_unique<TwoLevelReduceScatter>(
+        task.add_phase(std::make_unique<TwoLevelReduceScatter>(
             send, recv, BlockLayout{args.count, 0}, spec, grid, 0, host_windows));
       } else if (windows) {
-        task->add_phase(
+        task.add_phase(
             std::make_unique<WindowReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
       } else {
-        task->add_phase(
+        task.add_phase(
             std::make_unique<RingReduceScatter>(send, recv, BlockLayout{args.count, 0}, spec, 0));
       }
       break;
@@ -365,39 +369,38 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
     case ZRT_COLL_ALL_GATHER: {
       const AllReduceAlgorithm algorithm = choose(TableOp::kAllGather);
       if (algorithm == AllReduceAlgorithm::kOneShot || algorithm == AllReduceAlgorithm::kCma) {
-        add_one_shot(send, recv, OneShotOrder::kRing,
-                     algorithm == AllReduceAlgorithm::kCma ? &options.peer_pids : nullptr);
-        break;
+        return run_one_shot(send, recv, OneShotOrder::kRing,
+                            algorithm == AllReduceAlgorithm::kCma ? &options.peer_pids : nullptr);
       }
       if (algorithm != AllReduceAlgorithm::kRing) {
         return Status::error(ZRT_INTERNAL_ERROR, "{}: no all_gather algorithm '{}'", name,
                              algorithm_name(algorithm));
       }
       if (two_level) {
-        task->add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},
-                                                            esize, grid, 0, host_windows));
+        task.add_phase(std::make_unique<TwoLevelAllGather>(send, recv, BlockLayout{args.count, 0},
+                                                           esize, grid, 0, host_windows));
       } else if (windows) {
-        task->add_phase(
+        task.add_phase(
             std::make_unique<WindowAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
       } else {
-        task->add_phase(
+        task.add_phase(
             std::make_unique<RingAllGather>(send, recv, BlockLayout{args.count, 0}, esize, 0));
       }
       break;
     }
     case ZRT_COLL_BROADCAST:
-      task->add_phase(std::make_unique<BroadcastChain>(send, recv, bytes, args.root));
+      task.add_phase(std::make_unique<BroadcastChain>(send, recv, bytes, args.root));
       break;
     case ZRT_COLL_REDUCE:
-      task->add_phase(std::make_unique<ReduceChain>(send, recv, args.count, spec, args.root));
+      task.add_phase(std::make_unique<ReduceChain>(send, recv, args.count, spec, args.root));
       break;
     case ZRT_COLL_BARRIER:
-      task->add_phase(std::make_unique<DisseminationBarrier>());
+      task.add_phase(std::make_unique<DisseminationBarrier>());
       break;
     default:
       return Status(ZRT_INTERNAL_ERROR, "unhandled collective kind");
   }
-  return stream.enqueue(std::move(task));
+  return enqueue_task();
 }
 
 }  // namespace zrt

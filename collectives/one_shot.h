@@ -86,6 +86,12 @@ class OneShotPhase final : public Phase {
   // The bytes a rank deposits for a collective (what must fit kOneShotSlotBytes).
   static size_t deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size, int size);
 
+  // A failure outside progress() (its start() on the submitting thread, one_shot_lane.h):
+  // progress() returns it from then on, wherever the phase continues.
+  void keep_error(const Status& status) {
+    if (!status.is_ok() && error_.is_ok()) error_ = status;
+  }
+
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
   bool carries_fingerprint() const override { return true; }

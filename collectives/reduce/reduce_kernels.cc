@@ -125,6 +125,9 @@ const KernelTable& active_kernel_table() {
 
 namespace {
 
+// The most elements reduced without the kernels (reduced_few).
+constexpr size_t kFewElements = 8;
+
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -192,8 +195,53 @@ Status check_convert_args(zrt_dtype_t from, zrt_dtype_t to) {
   return Status::ok();
 }
 
+// A sum of a few elements without scales (a vote, a norm, an 8-byte all-reduce): the kernel
+// table's dispatch and its vector prologue cost more than the additions (a tenth of an 8-byte
+// all-reduce's time, measured). The same IEEE additions elementwise give the kernels' bits;
+// integers add modulo 2^n as the vector units do.
+namespace {
+
+template <typename T, typename Wide = T>
+void sum_few(const void* a, const void* b, void* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    T x;
+    T y;
+    std::memcpy(&x, static_cast<const char*>(a) + i * sizeof(T), sizeof(T));
+    std::memcpy(&y, static_cast<const char*>(b) + i * sizeof(T), sizeof(T));
+    const T sum = static_cast<T>(static_cast<Wide>(x) + static_cast<Wide>(y));
+    std::memcpy(static_cast<char*>(out) + i * sizeof(T), &sum, sizeof(T));
+  }
+}
+
+bool reduced_few(zrt_dtype_t dtype, ReduceOp op, const void* a, const void* b, void* out,
+                 size_t count, double a_scale, double b_scale) {
+  if (op != ReduceOp::kSum || a_scale != 1.0 || b_scale != 1.0 || count > kFewElements ||
+      a == nullptr || b == nullptr || out == nullptr) {
+    return false;
+  }
+  switch (dtype) {
+    case ZRT_F32:
+      sum_few<float>(a, b, out, count);
+      return true;
+    case ZRT_F64:
+      sum_few<double>(a, b, out, count);
+      return true;
+    case ZRT_I32:
+      sum_few<int32_t, uint32_t>(a, b, out, count);
+      return true;
+    case ZRT_I64:
+      sum_few<int64_t, uint64_t>(a, b, out, count);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void reduce_elements(zrt_dtype_t dtype, ReduceOp op, const void* a, const void* b, void* out,
                      size_t count, double a_scale, double b_scale, bool stream_output) {
+  if (reduced_few(dtype, op, a, b, out, count, a_scale, b_scale)) return;
   Status status = check_reduce_args(dtype, op, a_scale, b_scale);
   if (status.is_ok()) status = check_buffers("reduce_elements", count, {a, b, out});
   if (!status.is_ok()) return log_refusal(status);

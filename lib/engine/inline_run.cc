@@ -30,12 +30,14 @@
 namespace zrt {
 namespace {
 
-// Spins of a few hundred nanoseconds before the first yield: a peer running on another core
-// publishes within them, and a yield costs a system call.
-constexpr int kSpinsBeforeYield = 64;
+// Spins of a few hundred nanoseconds before the waiter sleeps: a completion on the progress
+// thread comes within them when the peer is there, and a sleep costs a wake-up.
+constexpr int kSpinsBeforeSleep = 64;
 constexpr int kSpinsPerClockLook = 16;
 
-inline void cpu_relax() {
+}  // namespace
+
+void spin_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -43,7 +45,9 @@ inline void cpu_relax() {
 #endif
 }
 
-}  // namespace
+void spin_yield() {
+  sched_yield();
+}
 
 // Small collectives only ahead of the submission (the previous one handed off after a late
 // peer, or a barrier): they end within microseconds, and this one then runs inline. Queued
@@ -63,7 +67,7 @@ bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::
       stream.enqueued_ - stream.completed_ <= kQueuedBehindLateMax) {
     return false;
   }
-  const bool sleeps = look >= kSpinsBeforeYield;
+  const bool sleeps = look >= kSpinsBeforeSleep;
   if (look == 0 || stream.completed_ != wait->completed) {
     wait->completed = stream.completed_;
     wait->until = std::chrono::steady_clock::now() +
@@ -78,7 +82,7 @@ bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::
     done_cv_.wait_until(lock, wait->until);
   } else {
     lock.unlock();
-    cpu_relax();
+    spin_pause();
   }
   return true;
 }
@@ -93,17 +97,9 @@ bool EngineImpl::run_inline(StreamImpl& stream, std::unique_ptr<Task>& task) {
   TaskContext& context = *call.context;
   bool done = false;
   Status status = task->start(context);
-  for (int spin = 0; status.is_ok(); ++spin) {
-    status = task->progress(context, &done);
-    if (!status.is_ok() || done) break;
-    // The clock every kSpinsPerClockLook looks: read on every look it was 12% of an 8-byte
-    // all-reduce's samples (perf), all of it between a peer's store and this rank seeing it.
-    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 && stream.inline_expired(call)) break;
-    if (spin < kSpinsBeforeYield) {
-      cpu_relax();
-    } else {
-      sched_yield();
-    }
+  if (status.is_ok()) {
+    status = spin_inline(
+        stream, call, [&](bool* finished) { return task->progress(context, finished); }, &done);
   }
   if (status.is_ok() && done) {
     end_inline(stream, call, task->kind(), task->internal(), task->bytes_sent(),
