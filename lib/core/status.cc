@@ -4,6 +4,11 @@
 
 namespace zrt {
 
+const std::string& Status::empty_message() {
+  static const std::string empty;
+  return empty;
+}
+
 Status Status::system_error(const std::string& what, int err) {
   char buffer[256];
   // GNU strerror_r may return a static string instead of filling the buffer.
