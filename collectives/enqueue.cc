@@ -273,15 +273,15 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   }
 
   // Ranks on several hosts: the rings run inside each host, then across (two_level_*.h).
-  const int two_level_hosts = stream.engine().options().two_level_hosts;
+  const EngineOptions& options = stream.engine().options();
+  const int two_level_hosts = options.two_level_hosts;
   const HostGrid grid{two_level_hosts, two_level_hosts > 1 ? size / two_level_hosts : size};
   const bool two_level = two_level_hosts > 1;
   // Rings write into the neighbour's mapped inbox when the neighbours share a host
   // (EngineOptions::peer_windows), else send tagged messages: with every rank on this host the
   // one ring (`windows`), else the two-level collectives' ring inside each host.
-  const bool host_windows = two_level && stream.engine().options().peer_windows;
-  const bool windows = !two_level && stream.engine().options().peer_windows;
-  const EngineOptions& options = stream.engine().options();
+  const bool host_windows = two_level && options.peer_windows;
+  const bool windows = !two_level && options.peer_windows;
   const uint64_t table_bytes =
       args.kind == ZRT_COLL_ALL_REDUCE ? uint64_t{bytes} : uint64_t{bytes} * size;
   // One-shot collectives need every rank's arena mapped (one host), a stream that has an arena

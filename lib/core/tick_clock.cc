@@ -56,6 +56,7 @@ TickClock::TickClock() : counter_(invariant_counter()) {
     return;
   }
   ns_per_tick_ = static_cast<double>(ns - first_ns_) / static_cast<double>(now - first_ticks_);
+  ticks_per_ns_ = 1.0 / ns_per_tick_;
   anchor_ticks_ = now;
   anchor_ns_ = ns;
   next_anchor_ticks_ = now + ticks_in(kMinAnchorNs);
@@ -67,6 +68,7 @@ void TickClock::reanchor(uint64_t reading) {
   if (reading > first_ticks_ && ns > first_ns_) {
     ns_per_tick_ =
         static_cast<double>(ns - first_ns_) / static_cast<double>(reading - first_ticks_);
+    ticks_per_ns_ = 1.0 / ns_per_tick_;
   }
   anchor_ticks_ = reading;
   anchor_ns_ = ns;
@@ -82,7 +84,7 @@ int64_t TickClock::to_ns(uint64_t reading) {
 
 uint64_t TickClock::ticks_in(int64_t ns) const {
   if (ns <= 0) return 0;
-  return std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(ns) / ns_per_tick_));
+  return std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(ns) * ticks_per_ns_));
 }
 
 }  // namespace zrt

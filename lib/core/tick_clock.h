@@ -47,6 +47,7 @@ class TickClock {
   int64_t anchor_ns_ = 0;
   uint64_t next_anchor_ticks_ = 0;
   double ns_per_tick_ = 1.0;
+  double ticks_per_ns_ = 1.0;  // its inverse: deadlines multiply instead of dividing
 };
 
 }  // namespace zrt

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -51,7 +53,9 @@ const char* trace_state_name(TraceState state) {
 }
 
 FlightRecorder::FlightRecorder(size_t depth)
-    : depth_(depth), slots_(depth > 0 ? std::make_unique<Slot[]>(depth) : nullptr) {}
+    : depth_(std::min<size_t>(depth, UINT32_MAX)),
+      depth_magic_(depth_ > 0 ? UINT64_MAX / depth_ + 1 : 0),
+      slots_(depth_ > 0 ? std::make_unique<Slot[]>(depth_) : nullptr) {}
 
 FlightRecorder::~FlightRecorder() = default;
 
@@ -61,16 +65,22 @@ int64_t FlightRecorder::now_ns() {
       .count();
 }
 
+size_t FlightRecorder::slot_index(uint64_t ticket) const {
+  __extension__ using Wide = unsigned __int128;  // GCC's and Clang's; the multiply's high half
+  const auto low = static_cast<uint32_t>(ticket - 1);
+  return static_cast<size_t>((static_cast<Wide>(depth_magic_ * low) * depth_) >> 64);
+}
+
 FlightRecorder::Slot* FlightRecorder::slot_for(uint64_t ticket) const {
   if (ticket == 0 || depth_ == 0) return nullptr;
-  Slot& slot = slots_[(ticket - 1) % depth_];
+  Slot& slot = slots_[slot_index(ticket)];
   return slot.id.load(std::memory_order_acquire) == ticket ? &slot : nullptr;
 }
 
 uint64_t FlightRecorder::post(const TraceCall& call, int64_t at_ns) {
   if (depth_ == 0) return 0;
   const uint64_t ticket = next_.fetch_add(1, std::memory_order_relaxed) + 1;
-  Slot& slot = slots_[(ticket - 1) % depth_];
+  Slot& slot = slots_[slot_index(ticket)];
   constexpr auto r = std::memory_order_relaxed;
   slot.id.store(0, r);  // a reader skips it while it changes
   slot.call.store(call.call, r);
@@ -118,7 +128,7 @@ size_t FlightRecorder::snapshot(TraceRecord* out, size_t capacity) const {
   size_t filled = 0;
   constexpr auto r = std::memory_order_relaxed;
   for (uint64_t ticket = first; ticket <= last && filled < capacity; ++ticket) {
-    const Slot& slot = slots_[(ticket - 1) % depth_];
+    const Slot& slot = slots_[slot_index(ticket)];
     if (slot.id.load(std::memory_order_acquire) != ticket) continue;
     TraceRecord& record = out[filled];
     record.id = ticket;

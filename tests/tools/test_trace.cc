@@ -48,6 +48,22 @@ TEST(FlightRecorder, KeepsTheNewestDepthRecordsInOrder) {
   EXPECT_GE(records[3].started_ns, records[3].posted_ns);
 }
 
+// Every depth keeps exactly its newest records (the ring's slot is a multiply, not a division:
+// each of depth's slots must take its turn).
+TEST(FlightRecorder, EveryDepthKeepsItsNewestRecords) {
+  for (size_t depth : {1, 2, 3, 5, 7, 12, 100, 257}) {
+    FlightRecorder recorder(depth);
+    const size_t posted = 3 * depth + 2;
+    for (size_t i = 0; i < posted; ++i) (void)recorder.post(all_reduce(i));
+    std::vector<TraceRecord> records(depth + 1);
+    ASSERT_EQ(recorder.snapshot(records.data(), records.size()), depth) << "depth " << depth;
+    for (size_t i = 0; i < depth; ++i) {
+      EXPECT_EQ(records[i].id, posted - depth + i + 1) << "depth " << depth;
+      EXPECT_EQ(records[i].call.count, posted - depth + i) << "depth " << depth;
+    }
+  }
+}
+
 TEST(FlightRecorder, OffRecordsNothing) {
   FlightRecorder recorder(0);
   EXPECT_EQ(recorder.post(all_reduce(1)), 0u);
