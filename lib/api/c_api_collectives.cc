@@ -8,24 +8,28 @@ using zrt::Status;
 
 namespace {
 
-// Resolves comm, stream and op into args and enqueues. `op_arg` false for ops without a
-// reduction.
-Status enqueue(zrt_comm* comm, zrt_stream* stream, CollectiveArgs args, bool has_op) {
+// Resolves comm, stream and op into args and enqueues. `has_op` false for ops without a
+// reduction. `call` by reference, copied only for a premul op: copied on every call, the struct
+// was a store-forwarding stall in an 8-byte all-reduce's profile.
+Status enqueue(zrt_comm* comm, zrt_stream* stream, const CollectiveArgs& call, bool has_op) {
   ZRT_RETURN_IF_ERROR(zrt::api::check_comm(comm, "comm"));
   zrt::Stream* target = nullptr;
   ZRT_RETURN_IF_ERROR(zrt::api::resolve_stream(comm, stream, "stream", &target));
-  if (has_op && static_cast<int>(args.op) >= ZRT_OP_COUNT) {
+  if (has_op && static_cast<int>(call.op) >= ZRT_OP_COUNT) {
     double scalar = 1.0;
-    if (!comm->impl->lookup_premul_op(args.op, &scalar)) {
+    if (!comm->impl->lookup_premul_op(call.op, &scalar)) {
       return Status::invalid_argument("op {} is neither a built-in op nor a live op of comm",
-                                      static_cast<int>(args.op));
+                                      static_cast<int>(call.op));
     }
+    CollectiveArgs args = call;
     args.premul = true;
     args.premul_scale = scalar;
-  } else if (has_op && static_cast<int>(args.op) < 0) {
-    return Status::invalid_argument("op {} is not a zrt_op_t", static_cast<int>(args.op));
+    return zrt::enqueue_collective(*target, comm->impl->rank(), comm->impl->size(), args);
   }
-  return zrt::enqueue_collective(*target, comm->impl->rank(), comm->impl->size(), args);
+  if (has_op && static_cast<int>(call.op) < 0) {
+    return Status::invalid_argument("op {} is not a zrt_op_t", static_cast<int>(call.op));
+  }
+  return zrt::enqueue_collective(*target, comm->impl->rank(), comm->impl->size(), call);
 }
 
 CollectiveArgs make_args(zrt_coll_kind_t kind, const void* sendbuf, void* recvbuf, size_t count,
