@@ -6,7 +6,7 @@
 //
 // The counter runs at a constant rate (the invariant TSC; elsewhere every read is steady_clock's).
 // The clock converts it from an anchor, a pair of readings of both clocks, with a rate measured
-// between the first anchor and the latest: the anchor moves forward (one steady_clock read) once
+// between the first anchor and the latest: the anchor moves forward (paired reads) once
 // the counter ran an eighth of the span measured so far, at least 1 ms and at most 100 ms, so
 // that the rate's error (a read's jitter over the span) times the distance from the anchor stays
 // within nanoseconds. A conversion never runs backwards within one anchor: durations between
@@ -38,13 +38,17 @@ class TickClock {
   bool uses_counter() const { return counter_; }
 
  private:
-  void reanchor(uint64_t reading);
+  struct Pair {
+    uint64_t ticks = 0;
+    int64_t ns = 0;
+  };
+  Pair read_pair() const;
+  void set_rate(const Pair& now);
+  void reanchor();
 
   bool counter_;
-  uint64_t first_ticks_ = 0;
-  int64_t first_ns_ = 0;
-  uint64_t anchor_ticks_ = 0;
-  int64_t anchor_ns_ = 0;
+  Pair first_;
+  Pair anchor_;
   uint64_t next_anchor_ticks_ = 0;
   double ns_per_tick_ = 1.0;
   double ticks_per_ns_ = 1.0;  // its inverse: deadlines multiply instead of dividing
