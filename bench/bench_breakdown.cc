@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "bench/file_exchange.h"
+#include "collectives/algorithm_plan.h"
 #include "collectives/collectives.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/settings.h"
@@ -85,6 +86,7 @@ void open_endpoint(FileExchange& exchange, int64_t poll_us, Endpoint* endpoint) 
   zrt::SettingValue windows;
   check(zrt::load_setting(zrt::SettingId::kWindows, &windows), "ZRT_WINDOWS");
   options.peer_windows = exchange.size > 1 && windows.integer != 0;
+  check(zrt::add_algorithm_plan(&options), "ZRT_ALGO");
   check(zrt::create_progress_engine(*endpoint->transport, options, &endpoint->engine), "engine");
   endpoint->impl = dynamic_cast<zrt::EngineImpl*>(endpoint->engine.get());
   if (endpoint->impl == nullptr)

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "bench/file_exchange.h"
+#include "collectives/algorithm_plan.h"
 #include "collectives/collectives.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/stream_copy.h"
@@ -176,6 +177,7 @@ void open_endpoint(FileExchange& exchange, int check_order, Endpoint* endpoint,
   zrt::SettingValue windows;
   check(zrt::load_setting(zrt::SettingId::kWindows, &windows), "ZRT_WINDOWS");
   engine_options.peer_windows = size > 1 && windows.integer != 0;
+  check(zrt::add_algorithm_plan(&engine_options), "ZRT_ALGO");
   check(zrt::create_progress_engine(*endpoint->transport, engine_options, &endpoint->engine),
         "engine");
   check(endpoint->engine->create_stream(ZRT_MEM_HOST, &endpoint->stream), "stream");

@@ -21,6 +21,17 @@ void add_boundaries(const AlgorithmTable& table, TableOp op, int ranks,
 
 }  // namespace
 
+Status add_algorithm_plan(EngineOptions* options) {
+  if (!options->all_reduce_algorithm.has_value()) {
+    SettingValue forced;
+    ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &forced));
+    options->all_reduce_algorithm = all_reduce_algorithm(forced.text);
+  }
+  options->algorithm_plan = std::make_shared<AlgorithmPlan>(
+      *options->all_reduce_algorithm, options->algorithm_table.get(), options->size);
+  return Status::ok();
+}
+
 AllReduceAlgorithm algorithm_from_name(std::string_view name) {
   if (name == "direct") return AllReduceAlgorithm::kDirect;
   if (name == "rd") return AllReduceAlgorithm::kRecursiveDoubling;

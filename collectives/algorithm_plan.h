@@ -15,6 +15,8 @@
 
 #include "collectives/algorithm.h"
 #include "lib/core/settings.h"
+#include "lib/core/status.h"
+#include "lib/engine/engine.h"
 
 namespace zrt {
 
@@ -50,6 +52,12 @@ class AlgorithmPlan {
   int ranks_;
   std::array<std::vector<Span>, kOps * 4> spans_;
 };
+
+// Sets options->algorithm_plan from its all_reduce_algorithm (unset: ZRT_ALGO, as the engine
+// resolves it), algorithm_table and size: what every creator of an engine does before
+// create_progress_engine, so that no collective resolves its algorithm per call. Errors: a
+// ZRT_ALGO value the registry refuses.
+Status add_algorithm_plan(EngineOptions* options);
 
 // The enum of an algorithm name that algorithms() lists ("ring" -> kRing, ...).
 AllReduceAlgorithm algorithm_from_name(std::string_view name);

@@ -97,10 +97,9 @@ Status Communicator::start_engine() {
     ZRT_RETURN_IF_ERROR(AlgorithmTable::load(path, table.get()));
     engine_options.algorithm_table = std::move(table);
   }
-  auto plan = std::make_shared<AlgorithmPlan>(*engine_options.all_reduce_algorithm,
-                                              engine_options.algorithm_table.get(), size_);
-  ZRT_LOG_DEBUG("algorithm plan of {} ranks:\n{}", size_, plan->describe());
-  engine_options.algorithm_plan = std::move(plan);
+  ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
+  ZRT_LOG_DEBUG("algorithm plan of {} ranks:\n{}", size_,
+                engine_options.algorithm_plan->describe());
   engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);
   // Every rank decides alike: local_size_ counts the ranks whose host name hashes like ours.

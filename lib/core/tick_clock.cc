@@ -11,12 +11,6 @@
 namespace zrt {
 namespace {
 
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // CPUID 0x80000007 EDX bit 8: the counter runs at a constant rate in every power state.
 bool invariant_counter() {
 #if defined(__x86_64__)
@@ -35,6 +29,12 @@ constexpr int64_t kMaxAnchorNs = 100'000'000;
 constexpr int kPairAttempts = 4;
 
 }  // namespace
+
+int64_t TickClock::steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 uint64_t TickClock::read() const {
 #if defined(__x86_64__)

@@ -24,6 +24,8 @@ class TickClock {
  public:
   TickClock();
 
+  // steady_clock's time since its epoch, in nanoseconds (what to_ns converts to).
+  static int64_t steady_ns();
   // A reading: the counter, or steady_clock's nanoseconds where there is no invariant counter.
   uint64_t read() const;
   // steady_clock's time since its epoch, in nanoseconds, at `reading` (taken just before). May

@@ -28,15 +28,19 @@ class Event;
 class AlgorithmTable;  // collectives/algorithm.h; the engine only carries it to the collectives
 class AlgorithmPlan;   // collectives/algorithm_plan.h; likewise
 
-// A collective that the submitting thread runs from start to end without a Task: a one-shot
-// collective's tiny deposit (collectives/one_shot_lane.h). Stream::begin_inline claims the idle
-// stream as a task that runs inline would (lib/engine/inline_run.cc); the caller then moves the
-// data, spinning until inline_expired, and ends the claim with end_inline (completed) or
-// hand_off_inline (a task already started, continued by the progress thread).
 // One spin of a busy wait (the processor's pause), and a yield of the core.
 void spin_pause();
 void spin_yield();
+// Inline spins of a few hundred nanoseconds before the first yield (a peer on another core
+// arrives within them), and how often a spin looks at the clock.
+inline constexpr int kInlineSpinsBeforeYield = 64;
+inline constexpr int kInlineSpinsPerClockLook = 16;
 
+// A collective that the submitting thread runs from start to end without a Task: a one-shot
+// collective (collectives/one_shot_lane.h). Stream::begin_inline claims the idle stream as a
+// task that runs inline would (lib/engine/inline_run.cc); the caller then moves the data,
+// spinning until inline_expired, and ends the claim with end_inline (completed) or
+// hand_off_inline (a task already started, continued by the progress thread).
 struct InlineCall {
   TraceCall trace;  // in: what the flight recorder notes (the engine fills in the stream)
   // Out, from begin_inline until the claim ends.
@@ -82,22 +86,22 @@ class Stream {
 };
 
 // Calls `step` (Status(bool* done)) on the claiming thread until it reports done or fails, or
-// the claim's spin ends (stream.inline_expired, looked at every kSpinsPerClockLook calls: read on
-// every call the clock was 12% of an 8-byte all-reduce's samples, perf, all of it between a
-// peer's store and this rank seeing it). A pause between calls, and past kSpinsBeforeYield calls
-// a yield of the core, which a peer sharing it may need to arrive (more ranks than cores).
+// the claim's spin ends (stream.inline_expired, looked at every kInlineSpinsPerClockLook calls:
+// read on every call the clock was 12% of an 8-byte all-reduce's samples, perf, all of it
+// between a peer's store and this rank seeing it). A pause between calls, and past
+// kInlineSpinsBeforeYield calls a yield of the core, which a peer sharing it may need to arrive
+// (more ranks than cores).
 template <typename Step>
 Status spin_inline(const Stream& stream, const InlineCall& call, Step&& step, bool* done) {
-  constexpr int kSpinsBeforeYield = 64;  // a few hundred ns: a peer on another core arrives
-  constexpr int kSpinsPerClockLook = 16;
   *done = false;
   for (int spin = 0;; ++spin) {
     ZRT_RETURN_IF_ERROR(step(done));
     if (*done) return Status::ok();
-    if (spin % kSpinsPerClockLook == kSpinsPerClockLook - 1 && stream.inline_expired(call)) {
+    if (spin % kInlineSpinsPerClockLook == kInlineSpinsPerClockLook - 1 &&
+        stream.inline_expired(call)) {
       return Status::ok();
     }
-    if (spin < kSpinsBeforeYield) {
+    if (spin < kInlineSpinsBeforeYield) {
       spin_pause();
     } else {
       spin_yield();

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lib/core/dtype.h"
+#include "lib/core/tick_clock.h"
 #include "zrt/zrt.h"
 
 namespace zrt {
@@ -60,9 +61,7 @@ FlightRecorder::FlightRecorder(size_t depth)
 FlightRecorder::~FlightRecorder() = default;
 
 int64_t FlightRecorder::now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return TickClock::steady_ns();
 }
 
 size_t FlightRecorder::slot_index(uint64_t ticket) const {

@@ -32,8 +32,7 @@ namespace {
 
 // Spins of a few hundred nanoseconds before the waiter sleeps: a completion on the progress
 // thread comes within them when the peer is there, and a sleep costs a wake-up.
-constexpr int kSpinsBeforeSleep = 64;
-constexpr int kSpinsPerClockLook = 16;
+constexpr int kSpinsBeforeSleep = kInlineSpinsBeforeYield;
 
 }  // namespace
 
@@ -72,7 +71,7 @@ bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::
     wait->completed = stream.completed_;
     wait->until = std::chrono::steady_clock::now() +
                   std::chrono::microseconds(options_.busy_poll_us * kInlineWaitFactor);
-  } else if ((sleeps || look % kSpinsPerClockLook == 0) &&
+  } else if ((sleeps || look % kInlineSpinsPerClockLook == 0) &&
              std::chrono::steady_clock::now() >= wait->until) {
     stream.inline_wait_expired_at_ = stream.completed_;
     return false;

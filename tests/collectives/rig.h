@@ -77,13 +77,7 @@ struct Rig {
     engine_options.peer_windows = windows && size > 1;
     engine_options.two_level_hosts = two_level_hosts;
     engine_options.all_reduce_algorithm = algorithm;
-    if (!algorithm.has_value()) {
-      SettingValue forced;
-      ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &forced));
-      engine_options.all_reduce_algorithm = all_reduce_algorithm(forced.text);
-    }
-    engine_options.algorithm_plan =
-        std::make_shared<AlgorithmPlan>(*engine_options.all_reduce_algorithm, nullptr, size);
+    ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
     engine_options.check_order = check_order;
     if (peer_memory && engine_options.peer_windows) {
       const PeerGather gather = [this](const void* input, void* output, size_t bytes) {
