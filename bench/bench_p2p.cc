@@ -10,20 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
-#include <netinet/in.h>
-
-#include <algorithm>
-#include <string>
-
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/bootstrap/socket_util.h"
 #include "transports/transport.h"
 #include "zrt/zrt.h"
 
@@ -158,25 +156,11 @@ BENCHMARK(BM_P2P)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // Wall time of `ranks` freshly forked processes running zrt_comm_init_env + barrier +
 // zrt_comm_destroy, from the first fork to the last exit; -1 on failure.
 double lifecycle_seconds(int ranks) {
-  const int port = free_port();
+  int port = 0;
+  if (!pick_free_port(&port).is_ok()) return -1;
   const auto start = std::chrono::steady_clock::now();
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 namespace zrt {
@@ -32,7 +34,51 @@ Status resolve(const std::string& host, int port, bool passive, addrinfo** resul
   return Status::ok();
 }
 
+// ip_local_port_range: every outgoing connection and bind(0) takes its local port from it.
+std::pair<int, int> ephemeral_port_range() {
+  std::pair<int, int> range{32768, 60999};
+  if (FILE* file = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int low = 0, high = 0;
+    if (std::fscanf(file, "%d %d", &low, &high) == 2 && 0 < low && low <= high) range = {low, high};
+    std::fclose(file);
+  }
+  return range;
+}
+
+bool port_is_free(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return bound;
+}
+
 }  // namespace
+
+Status pick_free_port(int* port) {
+  const auto [ephemeral_low, ephemeral_high] = ephemeral_port_range();
+  int low = 10000, high = ephemeral_low - 1;
+  if (high - low < 1000) low = ephemeral_high + 1, high = 65535;  // a range set unusually low
+  if (high - low < 1000) {
+    return Status::error(ZRT_SYSTEM_ERROR,
+                         "no port range outside the ephemeral one ({}-{}) to draw a free port from",
+                         ephemeral_low, ephemeral_high);
+  }
+  std::random_device entropy;
+  std::uniform_int_distribution<int> draw(low, high);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int candidate = draw(entropy);
+    if (port_is_free(candidate)) {
+      *port = candidate;
+      return Status::ok();
+    }
+  }
+  return Status::error(ZRT_SYSTEM_ERROR, "no free port in {}-{} after 200 draws", low, high);
+}
 
 Deadline deadline_after_ms(int64_t milliseconds) {
   // Clamped so that the sum cannot overflow the clock's nanoseconds (INT64_MAX ms would).

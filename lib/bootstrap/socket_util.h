@@ -27,6 +27,13 @@ int remaining_ms(Deadline deadline);
 // *bound_port). The socket is non-blocking and close-on-exec, with SO_REUSEADDR.
 Status listen_tcp(const std::string& host, int port, int* fd, int* bound_port);
 
+// A port free on every IPv4 address now, for a listener another process opens later (a
+// launcher choosing MASTER_PORT for rank 0). It is drawn at random below the kernel's
+// ephemeral range (ip_local_port_range), as torchrun's default 29500 is: a port from bind(0)
+// is free only until the next outgoing connection on the machine takes it as its local port.
+// Fails with ZRT_SYSTEM_ERROR when 200 draws find none free.
+Status pick_free_port(int* port);
+
 // Connects to host:port, retrying refused or unreachable attempts with a growing back-off
 // until the deadline (the server may start after the client). Each attempt is non-blocking and
 // bounded by the deadline too (an unanswered SYN does not wait for the kernel's retries). The

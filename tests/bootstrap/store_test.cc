@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include <fmt/format.h>
@@ -509,6 +510,26 @@ TEST_F(StoreTest, ALostAddIsNotSentAgain) {
   Status status = client->add("n", 1, &value);
   EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
   EXPECT_EQ(relay.accepted(), 1);
+}
+
+// A port from bind(0) is lent to the next outgoing connection; the launchers' ports come from
+// below that range and must be bindable at once.
+TEST(PickFreePort, DrawsBelowTheEphemeralRangeAPortThatBinds) {
+  int low = 32768, high = 60999;
+  if (FILE* file = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    ASSERT_EQ(std::fscanf(file, "%d %d", &low, &high), 2);
+    std::fclose(file);
+  }
+  for (int draw = 0; draw < 20; ++draw) {
+    int port = 0;
+    ASSERT_TRUE(pick_free_port(&port).is_ok());
+    EXPECT_TRUE(port < low || port > high) << port << " is in " << low << "-" << high;
+    int fd = -1, bound = 0;
+    Status listened = listen_tcp("", port, &fd, &bound);
+    ASSERT_TRUE(listened.is_ok()) << listened.message();
+    EXPECT_EQ(bound, port);
+    close(fd);
+  }
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "tests/harness/multirank.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "lib/bootstrap/socket_util.h"
+
 namespace zrt::testing {
 
 std::string RankOutcome::describe() const {
@@ -23,23 +23,6 @@ std::string RankOutcome::describe() const {
   if (signal != 0)
     return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
   return fmt::format("rank {} exited with code {}", rank, exit_code);
-}
-
-int find_free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 namespace {
@@ -59,7 +42,15 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int, int)>
                                    const RankOptions& options) {
   std::fflush(stdout);
   std::fflush(stderr);
-  const int port = find_free_port();
+  // Rank 0's store binds this port after the fork (pick_free_port says why it is not bind(0)'s).
+  int port = 0;
+  const Status picked = pick_free_port(&port);
+  if (!picked.is_ok()) {
+    ADD_FAILURE() << picked.message();
+    std::vector<RankOutcome> unstarted(size);
+    for (int rank = 0; rank < size; ++rank) unstarted[rank] = {.rank = rank, .exit_code = 1};
+    return unstarted;
+  }
   const std::string token = fmt::format("test-token-{}-{}", getpid(), port);
   // A scratch folder per run, for tests that exchange files (e.g. an out-of-band all-gather).
   char run_dir_template[] = "/tmp/zrt-test-XXXXXX";

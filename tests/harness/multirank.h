@@ -40,7 +40,4 @@ std::vector<RankOutcome> run_ranks(int size, const std::function<void(int rank, 
 void expect_ranks_pass(int size, const std::function<void(int rank, int size)>& body,
                        const RankOptions& options = {});
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int find_free_port();
-
 }  // namespace zrt::testing

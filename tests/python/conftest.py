@@ -69,9 +69,18 @@ def run_ddp(tmp_path, ranks, *args, stage=2, name="run"):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (see free_port_pair)."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as s:
+                s.bind(("", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def free_port_pair():

@@ -43,6 +43,7 @@
 
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/bootstrap/job_identity.h"
+#include "lib/bootstrap/socket_util.h"
 #include "lib/bootstrap/store_server.h"
 #include "lib/core/environment.h"
 #include "tools/common/binding.h"
@@ -109,27 +110,6 @@ std::optional<std::string> random_token() {
   std::string token;
   for (unsigned char byte : bytes) token += fmt::format("{:02x}", byte);
   return token;
-}
-
-// A port no one listens on now, for MASTER_PORT: the framework's store (torch.distributed's
-// TCPStore under its default init) binds it in rank 0, as under torchrun, whose agent picks its
-// free port the same way. zrt's own store is on another port (ZRT_STORE_PORT), so the two never
-// compete for one.
-std::optional<int> free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  std::optional<int> port;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 std::vector<std::string> rank_environment(const RankPlace& place, int lifeline_fd) {
@@ -426,18 +406,20 @@ int Job::run() {
       message("cannot serve the rendezvous store: " + served.message());
       return 1;
     }
-    std::optional<int> master_port = options_.master_port;
-    if (*master_port == 0) master_port = free_port();
-    if (!master_port || *master_port == store->port()) {
+    // MASTER_PORT is for the framework's own store (torch.distributed's TCPStore binds it in
+    // rank 0, as under torchrun); zrt's store has its own port, so the two never compete.
+    int master_port = options_.master_port;
+    Status picked = master_port == 0 ? pick_free_port(&master_port) : Status::ok();
+    if (!picked.is_ok() || master_port == store->port()) {
       message(
-          fmt::format("cannot find a free port for MASTER_PORT (zrt's store is on {}); "
+          fmt::format("cannot find a free port for MASTER_PORT (zrt's store is on {}{}); "
                       "choose one with --master-port",
-                      store->port()));
+                      store->port(), picked.is_ok() ? "" : "; " + picked.message()));
       return 1;
     }
     job.address = "127.0.0.1";
     job.store_port = store->port();
-    job.master_port = *master_port;
+    job.master_port = master_port;
     job.token = *token;
   }
   if (!open_lifeline() || !start_ranks(job, original_mask)) {
