@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--master-port,--master_port", options.master_port,
                  "MASTER_PORT for the framework's own store, e.g. torch.distributed's default "
-                 "init (0 = a free port on one node, 29500 on several); zrt's store is on the "
-                 "next port unless --port says otherwise")
+                 "init (0 = a free port below the ephemeral range on one node, 29500 on several); "
+                 "zrt's store is on the next port unless --port says otherwise")
       ->check(CLI::Range(0, 65535));
   app.add_option("--nnodes", options.nnodes, "number of nodes, each running one zrt-run")
       ->check(CLI::Range(1, 4096));
