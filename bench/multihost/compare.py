@@ -7,14 +7,16 @@ same minutes: 2 hosts (scripts/netns.sh, root) of --local ranks each.
 Per size (the whole buffer, 64 KiB .. 64 MiB, x4) and collective it prints zrt-bench's time with
 ZRT_HIERARCHY=two-level and =flat, Open MPI ob1's over tcp (mpi_colls.c, mpirun through
 netns_agent.sh), and:
-  - zrt/ob1: ob1's time over zrt's (above 1: zrt is faster);
+  - zrt/ob1: ob1's time over zrt's (above 1: zrt is faster), ob1's the faster of its default
+    and of yielding while it waits (OB1_CONFIGS), per cell;
   - zrt/UCX: the cross-host bytes zrt must move per direction ((H-1)/H of the buffer for
     reduce-scatter and all-gather, twice that for all-reduce) per second, over what
     ucx_perftest tag_bw moves per direction while both directions run at once, with as many
     streams each way as the two-level collectives use (--local: one per local rank) and
     messages of one rank's block: each stream's median per-second figure while all of them
-    run (ucx_perftest's own reports, so start-up skew between the streams counts for nothing),
-    summed per direction, the smaller direction, median of --ucx-rounds rounds (each printed).
+    run (ucx_perftest's own reports, so start-up skew between the streams counts for nothing;
+    every stream runs for at least five reports), summed per direction, the smaller direction,
+    median of --ucx-rounds rounds (each printed).
 Times are per call, the mean over ranks (zrt-bench -a 1) or the slowest rank's mean (ob1).
 """
 import argparse
@@ -77,9 +79,25 @@ def zrt_times(args, name, local, hierarchy, port):
             for row in report["rows"]}
 
 
-def ob1_times(args, name, local, binary):
+# Open MPI's configurations; the table takes the faster per cell. Its ranks spin while they
+# wait unless told to yield: with more ranks than cores (2 x 2 ranks on this machine's 2) the
+# spinning ranks take the cores from the ones with work, and a 64 KiB all-gather took 4.8-6.6 ms
+# instead of 94 us. mpirun declares each host's slots as --host gives them, so it does not see
+# the oversubscription and yields only when told.
+OB1_CONFIGS = {"ob1": [], "ob1 yield": ["--mca", "mpi_yield_when_idle", "1"]}
+
+
+def ob1_best(args, name, local, binary):
+    """{(collective, bytes): time_us}, the faster of OB1_CONFIGS per cell, and every config's."""
+    every = {label: ob1_times(args, name, local, binary, extra)
+             for label, extra in OB1_CONFIGS.items()}
+    best = {key: min(times[key] for times in every.values()) for key in every["ob1"]}
+    return best, every
+
+
+def ob1_times(args, name, local, binary, extra):
     hosts = f"{name}-h0:{local},{name}-h1:{local}"
-    argv = ["mpirun", "--allow-run-as-root", "--host", hosts, "-np", 2 * local,
+    argv = ["mpirun", "--allow-run-as-root", "--host", hosts, "-np", 2 * local] + extra + [
             "--mca", "plm_rsh_agent", AGENT, "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
             binary, SIZES[0], SIZES[-1], args.iters, args.warmup]
@@ -108,14 +126,19 @@ def perftest_intervals(out):
     return intervals, overall
 
 
-def ucx_round(name, streams, message, seconds, port_base):
-    """One round of `streams` tag_bw pairs each way at once: per direction, the sum over its
-    streams of each stream's median per-second bandwidth, over the seconds when every stream of
-    both directions was running (the first and last report of each are dropped: start-up skew
-    and the tail, when the other streams may be done). Returns (the smaller direction, both)."""
+# Per-second reports a stream must give for a round to count: its first (which ucx_perftest
+# inflates: it covers the start, 0.8 GB/s against a steady 0.29 here) and last are dropped, and
+# the median of at least three others is the stream's figure.
+MIN_REPORTS = 5
+
+
+def ucx_round(name, streams, message, iters, port_base):
+    """One round of `streams` tag_bw pairs each way at once, `iters` messages each: per
+    direction, the sum over its streams of each stream's median per-second bandwidth, over the
+    seconds when every stream of both directions was running (the first and last report of each
+    are dropped: start-up skew and the tail, when the other streams may be done). Returns
+    (the smaller direction, both), or None when a stream gave fewer than MIN_REPORTS reports."""
     env = {"UCX_TLS": "tcp,self"}
-    # Enough messages for `seconds` at 1 GB/s per direction, shared by the streams.
-    iters = max(20, int(seconds * 1e9 / streams / message))
     common = ["-t", "tag_bw", "-s", message, "-n", iters, "-w", 5, "-v"]
     servers, clients = [], []
     for direction in range(2):
@@ -130,23 +153,38 @@ def ucx_round(name, streams, message, seconds, port_base):
             clients.append(on_host(name, 1 - direction,
                                    ["ucx_perftest", address, "-p", port] + common, env))
     per_direction = [0.0, 0.0]
+    short = False
     for index, client in enumerate(clients):
         out, err = client.communicate(timeout=600)
         if client.returncode != 0:
             sys.exit(f"ucx_perftest failed with {client.returncode}:\n{out}\n{err}")
-        intervals, overall = perftest_intervals(out)
-        steady = intervals[1:-1] if len(intervals) >= 3 else intervals
-        per_direction[index // streams] += statistics.median(steady) if steady else overall
+        intervals, _ = perftest_intervals(out)
+        if len(intervals) < MIN_REPORTS:
+            short = True
+            continue
+        per_direction[index // streams] += statistics.median(intervals[1:-1])
     for server in servers:
         server.communicate(timeout=60)
-    return min(per_direction), per_direction
+    return None if short else (min(per_direction), per_direction)
 
 
 def ucx_both_ways(name, streams, message, rounds, seconds):
     """Bytes per second one direction carries while `streams` tag_bw pairs run each way at once
-    (the median over `rounds` rounds of the smaller direction), and every round's figures."""
-    results = [ucx_round(name, streams, message, seconds, 13400 + 2 * streams * r)
-               for r in range(rounds)]
+    (the median over `rounds` rounds of the smaller direction), and every round's figures. Each
+    round runs long enough for MIN_REPORTS reports per stream: the message count starts at
+    `seconds` worth at 1 GB/s per direction and grows 4x until a round gives them. (A run too
+    short for steady reports once let one inflated first report stand for a stream: 1.59 GB/s
+    per direction where the steady rate was 0.58.)"""
+    iters = max(20, int(seconds * 1e9 / streams / message))
+    results = []
+    port = 13400
+    while len(results) < rounds:
+        port += 2 * streams
+        result = ucx_round(name, streams, message, iters, port)
+        if result is None:
+            iters *= 4
+            continue
+        results.append(result)
     return statistics.median(r[0] for r in results), [r[1] for r in results]
 
 
@@ -179,8 +217,10 @@ def main():
         started = time.time()
         two_level = zrt_times(args, args.name, local, "two-level", 29701)
         flat = zrt_times(args, args.name, local, "flat", 29702)
-        ob1 = ob1_times(args, args.name, local, binary)
-        print(f"# measured zrt two-level {two_level}\n# zrt flat {flat}\n# ob1 {ob1}", flush=True)
+        ob1, ob1_every = ob1_best(args, args.name, local, binary)
+        print(f"# measured zrt two-level {two_level}\n# zrt flat {flat}", flush=True)
+        for label, times in ob1_every.items():
+            print(f"# {label} {times}", flush=True)
         ucx = {}
         for size in SIZES:
             block = size // (hosts * local)
