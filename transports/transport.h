@@ -38,6 +38,9 @@ struct TransportOptions {
   // How dead peers are detected: "hybrid", "peer" or "none" (ZRT_UCX_ERR_MODE's values);
   // nullptr = ZRT_UCX_ERR_MODE, read when the transport is created.
   const char* error_mode = nullptr;
+  // The job's ranks span hosts: messages below 256 KiB go eager rather than by
+  // rendezvous, unless UCX_RNDV_THRESH says otherwise (transports/ucx/ucx_worker.cc says why).
+  bool spans_hosts = false;
 };
 
 class Transport {

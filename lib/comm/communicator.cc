@@ -17,8 +17,10 @@
 namespace zrt {
 namespace {
 
-TransportOptions transport_options(const CommOptions& options) {
+// `spans_hosts`: the job's ranks are on more than one host (TransportOptions::spans_hosts).
+TransportOptions transport_options(const CommOptions& options, bool spans_hosts) {
   TransportOptions result;
+  result.spans_hosts = spans_hosts;
   result.timeout_ms = options.timeout_ms;
   result.name = options.name.c_str();  // the transport copies it
   result.error_mode = options.settings.text(SettingId::kUcxErrMode).c_str();
@@ -144,8 +146,9 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
     ZRT_RETURN_IF_ERROR(
         probe_peer_memory(comm->rank_, comm->size_, gather, options.name, &comm->peer_pids_));
   }
-  ZRT_RETURN_IF_ERROR(
-      create_ucx_transport(bootstrap, transport_options(comm->options_), &comm->transport_));
+  ZRT_RETURN_IF_ERROR(create_ucx_transport(
+      bootstrap, transport_options(comm->options_, comm->local_size_ < comm->size_),
+      &comm->transport_));
   ZRT_RETURN_IF_ERROR(comm->start_engine());
   ZRT_LOG_INFO("{}: communicator rank {}/{} (local {}/{}) up, timeout {} ms", options.name,
                comm->rank_, comm->size_, comm->local_rank_, comm->local_size_, options.timeout_ms);
@@ -170,7 +173,11 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   }
   std::unique_ptr<UcxWorker> worker;
   if (color != ZRT_SPLIT_NOCOLOR) {
-    ZRT_RETURN_IF_ERROR(UcxWorker::create(transport_options(options), &worker));
+    // The child's hosts are known only after the exchange, which needs this worker: a parent
+    // that spans hosts passes that on (a child on one host then takes eager messages to 256 KiB
+    // on its shared memory).
+    ZRT_RETURN_IF_ERROR(
+        UcxWorker::create(transport_options(options, local_size_ < size_), &worker));
   }
   SplitRecord mine{};
   mine.color = color;
@@ -230,9 +237,9 @@ Status Communicator::split(int color, int key, const CommOptions& options,
       }
     }
   }
-  ZRT_RETURN_IF_ERROR(wire_ucx_transport(std::move(worker), child->rank_, child->size_,
-                                         member_addresses, transport_options(child->options_),
-                                         &child->transport_));
+  ZRT_RETURN_IF_ERROR(wire_ucx_transport(
+      std::move(worker), child->rank_, child->size_, member_addresses,
+      transport_options(child->options_, local_size_ < size_), &child->transport_));
   ZRT_RETURN_IF_ERROR(child->start_engine());
   ZRT_LOG_INFO("{}: split color {} key {}: rank {}/{} -> {}/{}", options_.name, color, key, rank_,
                size_, child->rank_, child->size_);

@@ -13,7 +13,10 @@ namespace {
 
 class UcxSingleRank : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { create(false); }
+  void create(bool spans_hosts) {
+    transport_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
     char dir_template[] = "/tmp/zrt-ucx-unit-XXXXXX";
     ASSERT_NE(mkdtemp(dir_template), nullptr);
     dir_ = dir_template;
@@ -21,6 +24,7 @@ class UcxSingleRank : public ::testing::Test {
     ASSERT_TRUE(create_file_bootstrap(dir_, "unit", 0, 1, 10000, &bootstrap).is_ok());
     TransportOptions options;
     options.timeout_ms = 10000;
+    options.spans_hosts = spans_hosts;
     Status status = create_ucx_transport(*bootstrap, options, &transport_);
     ASSERT_TRUE(status.is_ok()) << status.message();
   }
@@ -113,6 +117,20 @@ TEST_F(UcxSingleRank, ArmAndDescribe) {
     armed = transport_->arm();
   }
   EXPECT_TRUE(armed);
+}
+
+// A job across hosts sends messages below 256 KiB eager (UCX 1.13's tcp rendezvous is slow
+// there); UCX_RNDV_THRESH in the environment still wins. The description carries UCX's own
+// protocol table for the tagged send.
+TEST_F(UcxSingleRank, AcrossHostsMessagesBelow256KiBGoEager) {
+  create(true);
+  EXPECT_NE(transport_->describe().find("..262144..<rndv>"), std::string::npos)
+      << transport_->describe();
+  setenv("UCX_RNDV_THRESH", "64K", 1);
+  create(true);
+  unsetenv("UCX_RNDV_THRESH");
+  EXPECT_NE(transport_->describe().find("..65536..<rndv>"), std::string::npos)
+      << transport_->describe();
 }
 
 }  // namespace

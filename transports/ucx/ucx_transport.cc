@@ -307,7 +307,8 @@ Status UcxTransport::wire(const std::vector<std::vector<uint8_t>>& addresses,
 }
 
 // UCX prints an endpoint's configuration (one line per lane: transport/device and what the lane
-// carries); the lines name what UCX chose for this communicator.
+// carries, and per operation the sizes at which its protocols change); the lanes and the tagged
+// send's protocols name what UCX chose for this communicator.
 std::string UcxTransport::capture_description() {
   const int peer = size_ > 1 ? (rank_ + 1) % size_ : rank_;
   char* text = nullptr;
@@ -317,6 +318,7 @@ std::string UcxTransport::capture_description() {
   ucp_ep_print_info(endpoints_[peer], stream);
   std::fclose(stream);
   std::string lanes;
+  std::string tag_send;
   std::string all(text, length);
   std::free(text);
   size_t begin = 0;
@@ -326,15 +328,21 @@ std::string UcxTransport::capture_description() {
     std::string line = all.substr(begin, end - begin);
     begin = end + 1;
     const size_t lane = line.find("lane[");
+    const size_t protocols = line.find(" tag_send: ");
+    if (protocols != std::string::npos) {
+      tag_send = line.substr(protocols + 1);
+      continue;
+    }
     if (lane == std::string::npos) continue;
     if (!lanes.empty()) lanes += "; ";
     lanes += line.substr(lane);
   }
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
-  return fmt::format("ucx {}.{}.{}, error mode {}, endpoint to rank {}: {}", major, minor, release,
-                     error_mode_name(error_mode_), peer,
-                     lanes.empty() ? std::string("(no lanes reported)") : lanes);
+  return fmt::format("ucx {}.{}.{}, error mode {}, endpoint to rank {}: {}{}{}", major, minor,
+                     release, error_mode_name(error_mode_), peer,
+                     lanes.empty() ? std::string("(no lanes reported)") : lanes,
+                     tag_send.empty() ? "" : "; ", tag_send);
 }
 
 Status UcxTransport::check_post(const char* what, int peer, uint64_t tag, const void* buffer,

@@ -18,6 +18,9 @@ void set_default(ucp_config_t* config, const char* name, const char* value) {
   }
 }
 
+// Messages below this go eager when the job spans hosts (TransportOptions::spans_hosts).
+constexpr const char* kSpanningEagerLimit = "256K";
+
 }  // namespace
 
 Status ucx_status(zrt_status_t code, const std::string& what, ucs_status_t status) {
@@ -39,6 +42,13 @@ Status UcxWorker::create(const TransportOptions& options, std::unique_ptr<UcxWor
   // the same messages through segments removed as soon as they are attached (IPC_RMID), which
   // vanish with their last process. Everything else stays UCX's choice.
   set_default(config, "TLS", "^posix");
+  // UCX 1.13's rendezvous over tcp moves 64 KiB messages at 0.175 GB/s a direction between two
+  // simulated hosts where eager moves 0.51 (256 KiB: 0.40 against 0.56; equal from 1 MiB up;
+  // bench/multihost/compare.py's tag_bw reference), and it took the two-level collectives' 256 KiB
+  // cells to 1.5-1.75x eager's time (README, "Measured"). The threshold is one for every
+  // transport in 1.13, so it is set only where the job crosses hosts; rendezvous stays above it,
+  // where an unexpected message would otherwise be buffered whole.
+  if (options.spans_hosts) set_default(config, "RNDV_THRESH", kSpanningEagerLimit);
 
   ucp_params_t params{};
   params.field_mask =
