@@ -68,33 +68,30 @@ def run_ddp(tmp_path, ranks, *args, stage=2, name="run"):
     return run_ddp_stages(tmp_path, ranks, [stage], *args, name=name)[stage]
 
 
-def free_port():
-    """A free port below the ephemeral range (see free_port_pair)."""
+def free_ports(count):
+    """A port P with P .. P+count-1 free, below the ephemeral range (32768-60999 on Linux), so
+    that no connection or bind(0) of this busy machine takes one (zrt's P+1 under torchrun)
+    before its listener binds it."""
     import random
 
     for _ in range(200):
         port = random.randrange(20000, 32000)
+        sockets = [socket.socket() for _ in range(count)]
         try:
-            with socket.socket() as s:
-                s.bind(("", port))
+            for offset, s in enumerate(sockets):
+                s.bind(("", port + offset))
             return port
         except OSError:
             continue
-    raise RuntimeError("no free port in 20000-32000")
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} free consecutive ports in 20000-32000")
+
+
+def free_port():
+    return free_ports(1)
 
 
 def free_port_pair():
-    """A port P with P and P+1 free, below the ephemeral range (32768-60999 on Linux), so that
-    no connection or bind(0) of this busy machine takes P+1 (zrt's under torchrun) meanwhile."""
-    import random
-
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of ports in 20000-32000")
+    return free_ports(2)
