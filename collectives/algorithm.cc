@@ -61,21 +61,28 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // 3340-3360/2570-2640; at 64 MiB out of place the ring won (7870 against 9680). At N = 4 on 2
 // cores cma's wait for its readers costs more than the copy it saves up to a 1 MiB block: at
 // 4 MiB one-shot took 800/760, cma 1250/850 and the ring 1460/1260.
+// Across hosts (2 simulated hosts x 2 ranks, tcp between network namespaces, two-level rings;
+// bench/multihost/compare.py's zrt-bench sweep with ZRT_ALGO forced, 3 interleaved rounds, us,
+// medians): the direct all-reduce sends every input whole to every other rank, N - L of them
+// over the network, and lost from 16 KiB up: 207 against the ring's 195 at 16 KiB, 366 against
+// 254 at 64 KiB (Open MPI ob1: 156 and 203-236). Below, the three were within noise of each
+// other (16 B - 4 KiB: direct 147-182, ring 160-179, rd 143-188), and direct keeps one round.
 constexpr const char* kBuiltinTable = R"(
-# op              ranks  bytes   algorithm
-all_reduce        2      0-512K  oneshot
-all_reduce        3-7    0-128K  oneshot
-all_reduce        8      0-256K  oneshot
-all_reduce        2-64   0-64K   direct
-all_reduce        *      *       ring
-reduce_scatter    2-8    0-1M    oneshot
-reduce_scatter    *      *       ring
-all_gather        2      0-8K    oneshot
-all_gather        2      0-32M   cma
-all_gather        2      0-1M    oneshot
-all_gather        3-8    0-4M    oneshot
-all_gather        3-8    0-16M   cma
-all_gather        *      *       ring
+# op              ranks  hosts  bytes   algorithm
+all_reduce        2      1      0-512K  oneshot
+all_reduce        3-7    1      0-128K  oneshot
+all_reduce        8      1      0-256K  oneshot
+all_reduce        2-64   1      0-64K   direct
+all_reduce        2-64   2-*    0-8K    direct
+all_reduce        *      *      *       ring
+reduce_scatter    2-8    1      0-1M    oneshot
+reduce_scatter    *      *      *       ring
+all_gather        2      1      0-8K    oneshot
+all_gather        2      1      0-32M   cma
+all_gather        2      1      0-1M    oneshot
+all_gather        3-8    1      0-4M    oneshot
+all_gather        3-8    1      0-16M   cma
+all_gather        *      *      *       ring
 )";
 
 constexpr TableOp kOps[] = {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce};
@@ -163,11 +170,26 @@ std::string op_algorithms(TableOp op) {
   return names;
 }
 
+// "N", "A-B", "A-*" or "*" as a count range from 1 into [*lo, *hi]; false when it is not.
+bool parse_count_range(std::string_view text, int* lo, int* hi) {
+  uint64_t low = 1, high = 0;
+  if (!parse_range(text, kAnyRanks, &low, &high) || low < 1 || high > kAnyRanks) return false;
+  *lo = static_cast<int>(low);
+  *hi = static_cast<int>(high);
+  return true;
+}
+
+// Four fields (op ranks bytes algorithm: any number of hosts) or five (op ranks hosts bytes
+// algorithm).
 Status parse_row(const std::vector<std::string_view>& fields, AlgorithmRow* row) {
-  if (fields.size() != 4) {
-    return Status::invalid_argument("{} field(s), expected 4: op ranks bytes algorithm",
-                                    fields.size());
+  if (fields.size() != 4 && fields.size() != 5) {
+    return Status::invalid_argument(
+        "{} field(s), expected 5: op ranks hosts bytes algorithm (or 4, without hosts)",
+        fields.size());
   }
+  const bool has_hosts = fields.size() == 5;
+  const std::string_view bytes_field = fields[has_hosts ? 3 : 2];
+  const std::string_view algorithm = fields.back();
   bool known = false;
   for (TableOp op : kOps) {
     if (fields[0] == table_op_name(op)) {
@@ -179,28 +201,30 @@ Status parse_row(const std::vector<std::string_view>& fields, AlgorithmRow* row)
     return Status::invalid_argument("op '{}' is not reduce_scatter, all_gather or all_reduce",
                                     fields[0]);
   }
-  uint64_t lo = 1, hi = 0;
-  if (!parse_range(fields[1], kAnyRanks, &lo, &hi) || lo < 1 || hi > kAnyRanks) {
+  if (!parse_count_range(fields[1], &row->min_ranks, &row->max_ranks)) {
     return Status::invalid_argument(
         "ranks '{}' is not N, A-B, A-* or * (rank counts from 1, the first not above the second)",
         fields[1]);
   }
-  row->min_ranks = static_cast<int>(lo);
-  row->max_ranks = static_cast<int>(hi);
-  lo = 0;
-  if (!parse_range(fields[2], kAnyBytes, &lo, &hi)) {
+  if (has_hosts && !parse_count_range(fields[2], &row->min_hosts, &row->max_hosts)) {
+    return Status::invalid_argument(
+        "hosts '{}' is not N, A-B, A-* or * (host counts from 1, the first not above the second)",
+        fields[2]);
+  }
+  uint64_t lo = 0, hi = 0;
+  if (!parse_range(bytes_field, kAnyBytes, &lo, &hi)) {
     return Status::invalid_argument(
         "bytes '{}' is not S, A-B, A-* or * (byte counts, optionally with K, M or G; the first "
         "not above the second)",
-        fields[2]);
+        bytes_field);
   }
   row->min_bytes = lo;
   row->max_bytes = hi;
-  if (!op_has_algorithm(row->op, fields[3])) {
+  if (!op_has_algorithm(row->op, algorithm)) {
     return Status::invalid_argument("{} has no algorithm '{}' (it has: {})", table_op_name(row->op),
-                                    fields[3], op_algorithms(row->op));
+                                    algorithm, op_algorithms(row->op));
   }
-  row->algorithm = std::string(fields[3]);
+  row->algorithm = std::string(algorithm);
   return Status::ok();
 }
 
@@ -279,10 +303,10 @@ const AlgorithmTable& AlgorithmTable::builtin() {
   return table;
 }
 
-const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes,
-                                 Unavailable unavailable) const {
+const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes, Unavailable unavailable,
+                                 int hosts) const {
   for (const AlgorithmRow& row : rows_) {
-    if (row.matches(op, ranks, bytes) && !unavailable.has(row.algorithm)) {
+    if (row.matches(op, ranks, bytes, hosts) && !unavailable.has(row.algorithm)) {
       return row.algorithm.c_str();
     }
   }
@@ -290,18 +314,21 @@ const char* AlgorithmTable::find(TableOp op, int ranks, uint64_t bytes,
 }
 
 std::string AlgorithmTable::format() const {
-  std::string out = fmt::format("# {:<16} {:<7} {:<17} {}\n", "op", "ranks", "bytes", "algorithm");
+  std::string out =
+      fmt::format("# {:<16} {:<7} {:<6} {:<17} {}\n", "op", "ranks", "hosts", "bytes", "algorithm");
   for (const AlgorithmRow& row : rows_) {
-    out += fmt::format("{:<18} {:<7} {:<17} {}\n", table_op_name(row.op),
+    out += fmt::format("{:<18} {:<7} {:<6} {:<17} {}\n", table_op_name(row.op),
                        format_range(static_cast<uint64_t>(row.min_ranks),
                                     static_cast<uint64_t>(row.max_ranks), kAnyRanks, 1),
+                       format_range(static_cast<uint64_t>(row.min_hosts),
+                                    static_cast<uint64_t>(row.max_hosts), kAnyRanks, 1),
                        format_range(row.min_bytes, row.max_bytes, kAnyBytes, 0), row.algorithm);
   }
   return out;
 }
 
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes, Unavailable unavailable) {
+                             int ranks, uint64_t bytes, Unavailable unavailable, int hosts) {
   // Most calls force nothing: the scan compared "auto" with every name of the op, a strlen each,
   // on the path of every small collective (perf: 2.4% of an 8-byte all-reduce's samples).
   const bool forces = !forced.empty() && forced != "auto";
@@ -311,9 +338,9 @@ const char* choose_algorithm(std::string_view forced, const AlgorithmTable* tabl
     }
   }
   if (table != nullptr) {
-    if (const char* name = table->find(op, ranks, bytes, unavailable)) return name;
+    if (const char* name = table->find(op, ranks, bytes, unavailable, hosts)) return name;
   }
-  if (const char* name = AlgorithmTable::builtin().find(op, ranks, bytes, unavailable)) {
+  if (const char* name = AlgorithmTable::builtin().find(op, ranks, bytes, unavailable, hosts)) {
     return name;
   }
   for (const AlgorithmInfo& info : kAlgorithms) {

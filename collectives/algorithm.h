@@ -1,18 +1,21 @@
 // Which algorithm runs a reduce-scatter, all-gather or all-reduce: one table of rows
-// (op, rank range, size range -> algorithm name), the first matching row wins. The built-in
-// table (algorithm.cc) holds the crossovers measured on the development machine; a file in the
-// same format (ZRT_ALGO_TABLE, written for a machine by `zrt-tune --algorithms`) goes in front
-// of it, so a file may cover only some sizes. ZRT_ALGO (EngineOptions::all_reduce_algorithm)
+// (op, rank range, host range, size range -> algorithm name), the first matching row wins. The
+// built-in table (algorithm.cc) holds the crossovers measured on the development machine; a file
+// in the same format (ZRT_ALGO_TABLE, written for a machine by `zrt-tune --algorithms`) goes in
+// front of it, so a file may cover only some sizes. ZRT_ALGO (EngineOptions::all_reduce_algorithm)
 // overrides both for every op that has the algorithm it names.
 //
 // The file format, one row a line; '#' starts a comment, blank lines are skipped:
 //
-//   # op           ranks  bytes       algorithm
-//   all_reduce     2-64   0-64K       direct
-//   all_reduce     *      *           ring
+//   # op           ranks  hosts  bytes       algorithm
+//   all_reduce     2-64   1      0-64K       direct
+//   all_reduce     *      *      *           ring
 //
 //   op         reduce_scatter, all_gather or all_reduce
 //   ranks      N, A-B, A-* or * (any); inclusive
+//   hosts      how many hosts the communicator's ranks are on, in the same forms: a crossover
+//              measured on one host (1) need not hold where messages cross a network. A row of
+//              four fields (op ranks bytes algorithm) applies to any number of hosts
 //   bytes      S, A-B, A-* or *; inclusive; S is a byte count with an optional binary suffix
 //              (K, KiB, M, MiB, G, GiB). The size is zrt-bench's size column: the whole buffer
 //              (count x element size, times N for reduce-scatter and all-gather)
@@ -53,14 +56,16 @@ struct AlgorithmRow {
   TableOp op = TableOp::kAllReduce;
   int min_ranks = 1;  // inclusive
   int max_ranks = kAnyRanks;
+  int min_hosts = 1;  // inclusive
+  int max_hosts = kAnyRanks;
   uint64_t min_bytes = 0;  // inclusive
   uint64_t max_bytes = kAnyBytes;
   std::string algorithm;
   int line = 0;  // in the text it was parsed from
 
-  bool matches(TableOp o, int ranks, uint64_t bytes) const {
-    return o == op && ranks >= min_ranks && ranks <= max_ranks && bytes >= min_bytes &&
-           bytes <= max_bytes;
+  bool matches(TableOp o, int ranks, uint64_t bytes, int hosts) const {
+    return o == op && ranks >= min_ranks && ranks <= max_ranks && hosts >= min_hosts &&
+           hosts <= max_hosts && bytes >= min_bytes && bytes <= max_bytes;
   }
 };
 
@@ -89,7 +94,9 @@ class AlgorithmTable {
   static const AlgorithmTable& builtin();
 
   // The first matching row's algorithm that is not `unavailable`, or nullptr when none matches.
-  const char* find(TableOp op, int ranks, uint64_t bytes, Unavailable unavailable = {}) const;
+  // `hosts`: how many hosts the ranks are on.
+  const char* find(TableOp op, int ranks, uint64_t bytes, Unavailable unavailable = {},
+                   int hosts = 1) const;
   const std::vector<AlgorithmRow>& rows() const { return rows_; }
   void add(AlgorithmRow row) { rows_.push_back(std::move(row)); }
 
@@ -102,10 +109,11 @@ class AlgorithmTable {
 
 // The algorithm a collective runs: `forced` (ZRT_ALGO's name; "" or "auto" for none) when the op
 // has it, else the first match in `table` (nullptr: none), else in the built-in table, else the
-// op's fallback. `bytes` as the table measures it (see above).
-// Algorithms in `unavailable` are passed over, in rows and when forced.
+// op's fallback. `bytes` as the table measures it (see above); `hosts`: how many hosts the ranks
+// are on. Algorithms in `unavailable` are passed over, in rows and when forced.
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
-                             int ranks, uint64_t bytes, Unavailable unavailable = {});
+                             int ranks, uint64_t bytes, Unavailable unavailable = {},
+                             int hosts = 1);
 
 // The one-shot algorithm's name (collectives/one_shot.h), for all three ops, and the
 // all-gather's single-copy variant of it (one_shot.h, "cma").

@@ -9,11 +9,15 @@ namespace {
 
 constexpr TableOp kTableOps[] = {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce};
 
-// Where a row of `op` at `ranks` starts or stops applying: the choice is constant between them.
-void add_boundaries(const AlgorithmTable& table, TableOp op, int ranks,
+// Where a row of `op` at `ranks` and `hosts` starts or stops applying: the choice is constant
+// between them.
+void add_boundaries(const AlgorithmTable& table, TableOp op, int ranks, int hosts,
                     std::vector<uint64_t>* starts) {
   for (const AlgorithmRow& row : table.rows()) {
-    if (row.op != op || ranks < row.min_ranks || ranks > row.max_ranks) continue;
+    if (row.op != op || ranks < row.min_ranks || ranks > row.max_ranks || hosts < row.min_hosts ||
+        hosts > row.max_hosts) {
+      continue;
+    }
     starts->push_back(row.min_bytes);
     if (row.max_bytes != kAnyBytes) starts->push_back(row.max_bytes + 1);
   }
@@ -27,8 +31,9 @@ Status add_algorithm_plan(EngineOptions* options) {
     ZRT_RETURN_IF_ERROR(load_setting(SettingId::kAlgo, &forced));
     options->all_reduce_algorithm = all_reduce_algorithm(forced.text);
   }
-  options->algorithm_plan = std::make_shared<AlgorithmPlan>(
-      *options->all_reduce_algorithm, options->algorithm_table.get(), options->size);
+  options->algorithm_plan = std::make_shared<AlgorithmPlan>(*options->all_reduce_algorithm,
+                                                            options->algorithm_table.get(),
+                                                            options->size, options->hosts);
   return Status::ok();
 }
 
@@ -40,13 +45,14 @@ AllReduceAlgorithm algorithm_from_name(std::string_view name) {
   return AllReduceAlgorithm::kRing;
 }
 
-AlgorithmPlan::AlgorithmPlan(AllReduceAlgorithm forced, const AlgorithmTable* table, int ranks)
-    : ranks_(ranks) {
+AlgorithmPlan::AlgorithmPlan(AllReduceAlgorithm forced, const AlgorithmTable* table, int ranks,
+                             int hosts)
+    : ranks_(ranks), hosts_(hosts) {
   const char* forced_name = algorithm_name(forced);
   for (TableOp op : kTableOps) {
     std::vector<uint64_t> starts{0};
-    add_boundaries(AlgorithmTable::builtin(), op, ranks, &starts);
-    if (table != nullptr) add_boundaries(*table, op, ranks, &starts);
+    add_boundaries(AlgorithmTable::builtin(), op, ranks, hosts, &starts);
+    if (table != nullptr) add_boundaries(*table, op, ranks, hosts, &starts);
     std::sort(starts.begin(), starts.end());
     starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
     for (int available = 0; available < 4; ++available) {
@@ -56,7 +62,7 @@ AlgorithmPlan::AlgorithmPlan(AllReduceAlgorithm forced, const AlgorithmTable* ta
       std::vector<Span>& spans = spans_[index(op, one_shot, cma)];
       for (size_t i = 0; i < starts.size(); ++i) {
         const AllReduceAlgorithm algorithm = algorithm_from_name(
-            choose_algorithm(forced_name, table, op, ranks, starts[i], unavailable));
+            choose_algorithm(forced_name, table, op, ranks, starts[i], unavailable, hosts));
         const uint64_t last = i + 1 < starts.size() ? starts[i + 1] - 1 : kAnyBytes;
         if (!spans.empty() && spans.back().algorithm == algorithm) {
           spans.back().last_bytes = last;

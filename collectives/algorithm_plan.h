@@ -23,10 +23,11 @@ namespace zrt {
 class AlgorithmPlan {
  public:
   // `forced`: ZRT_ALGO's resolved value (kAuto: none); `table`: ZRT_ALGO_TABLE's (null: the
-  // built-in table alone); `ranks`: the communicator's size.
-  AlgorithmPlan(AllReduceAlgorithm forced, const AlgorithmTable* table, int ranks);
+  // built-in table alone); `ranks`: the communicator's size; `hosts`: how many hosts its ranks
+  // are on.
+  AlgorithmPlan(AllReduceAlgorithm forced, const AlgorithmTable* table, int ranks, int hosts);
 
-  // What choose_algorithm(forced, table, op, ranks, bytes, unavailable) returns, where
+  // What choose_algorithm(forced, table, op, ranks, bytes, unavailable, hosts) returns, where
   // `unavailable` holds one-shot unless `one_shot`, and cma unless `cma`. Never kAuto.
   AllReduceAlgorithm choose(TableOp op, uint64_t bytes, bool one_shot, bool cma) const {
     for (const Span& span : spans_[index(op, one_shot, cma)]) {
@@ -36,6 +37,7 @@ class AlgorithmPlan {
   }
 
   int ranks() const { return ranks_; }
+  int hosts() const { return hosts_; }
   // One line per op and availability, "all_reduce (oneshot, cma): 0-64K oneshot, ...", for logs.
   std::string describe() const;
 
@@ -50,11 +52,12 @@ class AlgorithmPlan {
   }
 
   int ranks_;
+  int hosts_;
   std::array<std::vector<Span>, kOps * 4> spans_;
 };
 
 // Sets options->algorithm_plan from its all_reduce_algorithm (unset: ZRT_ALGO, as the engine
-// resolves it), algorithm_table and size: what every creator of an engine does before
+// resolves it), algorithm_table, size and hosts: what every creator of an engine does before
 // create_progress_engine, so that no collective resolves its algorithm per call. Errors: a
 // ZRT_ALGO value the registry refuses.
 Status add_algorithm_plan(EngineOptions* options);

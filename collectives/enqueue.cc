@@ -296,7 +296,7 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
   if (options.algorithm_plan == nullptr) {
     own_plan = std::make_unique<AlgorithmPlan>(
         options.all_reduce_algorithm.value_or(AllReduceAlgorithm::kAuto),
-        options.algorithm_table.get(), size);
+        options.algorithm_table.get(), size, options.hosts);
   }
   const AlgorithmPlan& plan =
       options.algorithm_plan != nullptr ? *options.algorithm_plan : *own_plan;

@@ -54,6 +54,14 @@ struct SplitRecord {
   uint32_t reserved;
 };
 
+// How many hosts the ranks are on: the distinct hashes (host_ids_ is empty when the world is on
+// one host).
+int count_hosts(std::vector<uint64_t> host_ids) {
+  std::sort(host_ids.begin(), host_ids.end());
+  const auto last = std::unique(host_ids.begin(), host_ids.end());
+  return std::max(1, static_cast<int>(last - host_ids.begin()));
+}
+
 }  // namespace
 
 int Communicator::two_level_hosts() const {
@@ -91,6 +99,7 @@ Status Communicator::start_engine() {
   const Settings& settings = options_.settings;
   engine_options.check_order = settings.flag(SettingId::kCheck) ? 1 : 0;
   engine_options.window_slots = static_cast<int>(settings.integer(SettingId::kWindowSlots));
+  engine_options.busy_poll_us = settings.integer(SettingId::kPollUs);
   engine_options.window_slot_bytes =
       static_cast<size_t>(settings.integer(SettingId::kWindowSlotKib)) << 10;
   engine_options.all_reduce_algorithm = all_reduce_algorithm(settings.text(SettingId::kAlgo));
@@ -99,8 +108,9 @@ Status Communicator::start_engine() {
     ZRT_RETURN_IF_ERROR(AlgorithmTable::load(path, table.get()));
     engine_options.algorithm_table = std::move(table);
   }
+  engine_options.hosts = count_hosts(host_ids_);
   ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
-  ZRT_LOG_DEBUG("algorithm plan of {} ranks:\n{}", size_,
+  ZRT_LOG_DEBUG("algorithm plan of {} ranks on {} host(s):\n{}", size_, engine_options.hosts,
                 engine_options.algorithm_plan->describe());
   engine_options.trace_depth = static_cast<int>(settings.integer(SettingId::kTraceDepth));
   engine_options.trace_dir = settings.text(SettingId::kTraceDir);

@@ -49,8 +49,9 @@ constexpr SettingSpec kSpecs[] = {
      .name = "ZRT_ALGO_TABLE",
      .type = SettingType::kFile,
      .default_value = "",
-     .doc = "algorithm table for reduce-scatter, all-gather and all-reduce by rank count and size "
-            "(zrt-tune --algorithms writes one); sizes no row covers use the built-in table, and "
+     .doc = "algorithm table for reduce-scatter, all-gather and all-reduce by rank count, host "
+            "count and size (zrt-tune --algorithms writes one); sizes no row covers use the "
+            "built-in table, and "
             "ZRT_ALGO overrides both",
      .default_doc = "unset"},
     {.id = SettingId::kWindows,
@@ -120,6 +121,15 @@ constexpr SettingSpec kSpecs[] = {
             "host, then across hosts (two-level; auto when every host has as many consecutive "
             "ranks) or as one ring over all ranks (flat)",
      .accepts = "auto|flat|two-level"},
+    // Default and maximum: kBusyPollMicros and kMaxBusyPollMicros (lib/engine/engine.h).
+    {.id = SettingId::kPollUs,
+     .name = "ZRT_POLL_US",
+     .type = SettingType::kInt,
+     .default_value = "50",
+     .doc = "how long the progress thread and a waiting caller keep polling, yielding the core, "
+            "while a small collective is in flight before they sleep (0: sleep at once)",
+     .min = 0,
+     .max = 1000000},
 };
 static_assert(std::size(kSpecs) == kSettingCount);
 

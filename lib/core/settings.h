@@ -45,8 +45,9 @@ enum class SettingId {
   kTraceDepth,
   kTraceDir,
   kHierarchy,
+  kPollUs,
 };
-inline constexpr size_t kSettingCount = 13;
+inline constexpr size_t kSettingCount = 14;
 
 struct SettingSpec {
   SettingId id;

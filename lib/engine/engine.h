@@ -158,6 +158,9 @@ struct EngineOptions {
   // this many hosts of size / two_level_hosts consecutive ranks each and ZRT_HIERARCHY allows
   // it (the communicator decides, alike on every rank); 0 = one ring over all ranks.
   int two_level_hosts = 0;
+  // How many hosts the ranks are on (the communicator counts them; 1: all on this one), for
+  // the algorithm table's hosts column (collectives/algorithm.h), whatever ZRT_HIERARCHY says.
+  int hosts = 1;
   // One host name per rank when the ranks span hosts (the communicator learns them at
   // creation), else empty: a timeout names the host of each peer that went silent.
   std::vector<std::string> host_names;

@@ -113,6 +113,7 @@ TEST(AlgorithmTable, FormatRoundTrips) {
   const AlgorithmTable table = parsed(
       "all_reduce 2 0-4K rd\n"
       "all_reduce 2-3 4097-1M direct\n"
+      "all_reduce 2-64 2-* 0-4K rd\n"
       "reduce_scatter 4-* 16 ring\n"
       "all_gather * * ring\n");
   const std::string text = table.format();
@@ -124,11 +125,51 @@ TEST(AlgorithmTable, FormatRoundTrips) {
     EXPECT_EQ(a.op, b.op) << text;
     EXPECT_EQ(a.min_ranks, b.min_ranks) << text;
     EXPECT_EQ(a.max_ranks, b.max_ranks) << text;
+    EXPECT_EQ(a.min_hosts, b.min_hosts) << text;
+    EXPECT_EQ(a.max_hosts, b.max_hosts) << text;
     EXPECT_EQ(a.min_bytes, b.min_bytes) << text;
     EXPECT_EQ(a.max_bytes, b.max_bytes) << text;
     EXPECT_EQ(a.algorithm, b.algorithm) << text;
   }
   EXPECT_NE(text.find("4097-1M"), std::string::npos) << text;
+  EXPECT_NE(text.find("2-64    2-*"), std::string::npos) << text;
+}
+
+// A crossover measured on one host need not hold across a network: rows say on how many hosts
+// they apply, and a row without the column applies on any number.
+TEST(AlgorithmTable, HostsColumnSelectsRowsByHowManyHostsTheRanksAreOn) {
+  const AlgorithmTable table = parsed(
+      "all_reduce 2-64 1   0-64K direct\n"
+      "all_reduce 2-64 2-3 0-8K  rd\n"
+      "all_reduce *    0-16K     direct\n"
+      "all_reduce *    *   *     ring\n");
+  EXPECT_EQ(table.rows()[0].max_hosts, 1);
+  EXPECT_EQ(table.rows()[2].min_hosts, 1);
+  EXPECT_EQ(table.rows()[2].max_hosts, kAnyRanks);
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4, 64 << 10, {}, 1), "direct");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4, 64 << 10, {}, 2), "ring");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4, 8 << 10, {}, 2), "rd");
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4, 8 << 10, {}, 4), "direct");  // four fields
+  EXPECT_STREQ(table.find(TableOp::kAllReduce, 4, (16 << 10) + 1, {}, 4), "ring");
+  EXPECT_STREQ(choose_algorithm("", &table, TableOp::kAllReduce, 4, 8 << 10, {}, 3), "rd");
+  EXPECT_STREQ(choose_algorithm("direct", &table, TableOp::kAllReduce, 4, 1 << 20, {}, 2),
+               "direct");  // ZRT_ALGO still wins
+}
+
+// The built-in rows measured on one host stay there: across hosts the direct all-reduce, which
+// sends every input whole over the network, stops at 8 KiB, and nothing picks one-shot or cma.
+TEST(AlgorithmTable, BuiltinAcrossHostsKeepsTheDirectAllReduceSmall) {
+  const AlgorithmTable& builtin = AlgorithmTable::builtin();
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot", 1), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, {}, 2), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 8 << 10, {}, 2), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (8 << 10) + 4, {}, 2), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, 8, {}, 4), "direct");
+  EXPECT_STREQ(builtin.find(TableOp::kAllGather, 4, 64 << 10, {}, 2), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, 64 << 10, {}, 2), "ring");
+  const AlgorithmPlan across(AllReduceAlgorithm::kAuto, nullptr, 4, 2);
+  EXPECT_EQ(across.choose(TableOp::kAllReduce, 64 << 10, false, false), AllReduceAlgorithm::kRing);
+  EXPECT_EQ(across.choose(TableOp::kAllReduce, 4 << 10, false, false), AllReduceAlgorithm::kDirect);
 }
 
 TEST(AlgorithmTable, ChooseAppliesOverrideThenTableThenBuiltin) {
@@ -181,21 +222,24 @@ TEST(AlgorithmPlan, AgreesWithChooseAlgorithmAtEveryBoundary) {
   for (const AlgorithmTable* table : {static_cast<const AlgorithmTable*>(nullptr), &file}) {
     for (AllReduceAlgorithm forced : forced_values) {
       for (int ranks : {1, 2, 3, 4, 8, 65}) {
-        const AlgorithmPlan plan(forced, table, ranks);
-        for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
-          for (int available = 0; available < 4; ++available) {
-            const bool one_shot = (available & 2) != 0;
-            const bool cma = (available & 1) != 0;
-            const Unavailable unavailable(one_shot ? "" : kOneShotAlgorithm,
-                                          cma ? "" : kCmaAlgorithm);
-            for (uint64_t bytes : sizes) {
-              const char* expected =
-                  choose_algorithm(algorithm_name(forced), table, op, ranks, bytes, unavailable);
-              ASSERT_STREQ(algorithm_name(plan.choose(op, bytes, one_shot, cma)), expected)
-                  << table_op_name(op) << " " << bytes << " bytes, " << ranks << " ranks, forced "
-                  << algorithm_name(forced) << ", oneshot " << one_shot << ", cma " << cma << "\n"
-                  << plan.describe();
-              ++compared;
+        for (int hosts : {1, 2, 3}) {
+          const AlgorithmPlan plan(forced, table, ranks, hosts);
+          for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
+            for (int available = 0; available < 4; ++available) {
+              const bool one_shot = (available & 2) != 0;
+              const bool cma = (available & 1) != 0;
+              const Unavailable unavailable(one_shot ? "" : kOneShotAlgorithm,
+                                            cma ? "" : kCmaAlgorithm);
+              for (uint64_t bytes : sizes) {
+                const char* expected = choose_algorithm(algorithm_name(forced), table, op, ranks,
+                                                        bytes, unavailable, hosts);
+                ASSERT_STREQ(algorithm_name(plan.choose(op, bytes, one_shot, cma)), expected)
+                    << table_op_name(op) << " " << bytes << " bytes, " << ranks << " ranks on "
+                    << hosts << " host(s), forced " << algorithm_name(forced) << ", oneshot "
+                    << one_shot << ", cma " << cma << "\n"
+                    << plan.describe();
+                ++compared;
+              }
             }
           }
         }
@@ -204,7 +248,7 @@ TEST(AlgorithmPlan, AgreesWithChooseAlgorithmAtEveryBoundary) {
   }
   EXPECT_GT(compared, 10000);
   // What the log shows of it.
-  const std::string text = AlgorithmPlan(AllReduceAlgorithm::kAuto, nullptr, 2).describe();
+  const std::string text = AlgorithmPlan(AllReduceAlgorithm::kAuto, nullptr, 2, 1).describe();
   EXPECT_NE(text.find("all_reduce (oneshot, cma): 0-"), std::string::npos) << text;
 }
 
@@ -214,8 +258,12 @@ TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
     const char* needle;
   };
   const Case cases[] = {
-      {"all_reduce * *\n", "line 1: 3 field(s), expected 4: op ranks bytes algorithm"},
-      {"# ok\nall_reduce * * ring extra\n", "line 2: 5 field(s)"},
+      {"all_reduce * *\n",
+       "line 1: 3 field(s), expected 5: op ranks hosts bytes algorithm (or 4, without hosts)"},
+      {"# ok\nall_reduce * * * ring extra\n", "line 2: 6 field(s)"},
+      {"all_reduce * 0 * ring\n", "line 1: hosts '0' is not N, A-B, A-* or *"},
+      {"all_reduce * 3-1 * ring\n", "hosts '3-1' is not"},
+      {"all_reduce * * 4X ring\n", "bytes '4X' is not"},
       {"allreduce * * ring\n", "line 1: op 'allreduce' is not reduce_scatter, all_gather or"},
       {"all_reduce 4-2 * ring\n", "line 1: ranks '4-2' is not"},
       {"all_reduce 0 * ring\n", "ranks '0' is not"},
@@ -250,10 +298,10 @@ TEST(AlgorithmTable, LoadNamesTheVariableAndThePath) {
   const std::string path = ::testing::TempDir() + "zrt_algorithm_table_test.table";
   {
     std::ofstream file(path);
-    file << "all_reduce 2 * rd\nall_reduce 3 * rd x\n";
+    file << "all_reduce 2 * rd\nall_reduce 3 * * rd x\n";
   }
   status = AlgorithmTable::load(path, &table);
-  EXPECT_NE(status.message().find("ZRT_ALGO_TABLE=" + path + ": line 2: 5 field(s)"),
+  EXPECT_NE(status.message().find("ZRT_ALGO_TABLE=" + path + ": line 2: 6 field(s)"),
             std::string::npos)
       << status.message();
   {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lib/core/settings.h"
+#include "lib/engine/engine.h"
 #include "lib/engine/stream_resources.h"
 
 namespace zrt {
@@ -170,6 +171,20 @@ TEST(Settings, WindowSettingsMatchTheEngine) {
   EXPECT_EQ(static_cast<size_t>(kib.multiple_of) << 10, kWindowMinSlotBytes);
   EXPECT_EQ(static_cast<size_t>(Settings().integer(SettingId::kWindowSlotKib)) << 10,
             kWindowSlotBytes);
+}
+
+TEST(Settings, PollSettingMatchesTheEngine) {
+  const SettingSpec& poll = setting_spec(SettingId::kPollUs);
+  EXPECT_EQ(poll.min, 0);
+  EXPECT_EQ(poll.max, kMaxBusyPollMicros);
+  EXPECT_EQ(Settings().integer(SettingId::kPollUs), kBusyPollMicros);
+  Settings settings;
+  const EnvironmentLookup lookup = [](const char* name) -> const char* {
+    return std::string_view(name) == "ZRT_POLL_US" ? "-1" : nullptr;
+  };
+  const Status status = Settings::load(lookup, &settings);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_EQ(status.message(), "ZRT_POLL_US='-1' is not an integer in [0, 1000000]");
 }
 
 TEST(Settings, AllReduceAlgorithmNames) {

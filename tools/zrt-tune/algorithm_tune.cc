@@ -161,6 +161,7 @@ AlgorithmTable crossover_table(const std::vector<AlgorithmSweep>& sweeps) {
         row.op = op;
         row.min_ranks = mine[i]->ranks;
         row.max_ranks = max_ranks;
+        row.min_hosts = row.max_hosts = 1;  // measured with every rank on this host
         row.min_bytes = band_start;
         row.max_bytes = max_bytes;
         row.algorithm = band;
