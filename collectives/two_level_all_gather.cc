@@ -38,7 +38,8 @@ Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
         (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * element_size_;
     host_window_.set_stream_output(output_bytes >= kStreamOutputMinBytes);
     for (size_t chunk = 0; chunk < chunks_; ++chunk) {
-      for (int target = 0; target < hosts; ++target) {
+      for (int nth = 0; nth < hosts; ++nth) {
+        const int target = host_of_job(static_cast<size_t>(nth));
         for (int j = 0; j < local; ++j) {
           const int block = grid_.rank_of(target, j);
           host_output_[j] = block_chunk(block, chunk);
@@ -87,12 +88,18 @@ bool TwoLevelAllGather::cross_active() const {
   return false;
 }
 
-// Level two, job (k, g): chunk k of host g's L blocks, once level one delivered chunk k.
+size_t TwoLevelAllGather::host_jobs_ready() const {
+  const size_t delivered = cross_jobs_done();
+  return delivered * grid_.hosts + (cross_jobs_started_ > delivered ? 1 : 0);
+}
+
+// Level two, job (k, g): chunk k of host g's L blocks, once level one delivered chunk k (the own
+// host's: started it).
 bool TwoLevelAllGather::start_host_job() {
   if (host_ring_.active() || host_jobs_started_ == chunks_ * grid_.hosts) return false;
+  if (host_jobs_started_ >= host_jobs_ready()) return false;
   const size_t chunk = host_jobs_started_ / grid_.hosts;
-  const int target = static_cast<int>(host_jobs_started_ % grid_.hosts);
-  if (chunk >= cross_jobs_done()) return false;
+  const int target = host_of_job(host_jobs_started_);
   for (int j = 0; j < grid_.local; ++j) {
     const int block = grid_.rank_of(target, j);
     host_output_[j] = block_chunk(block, chunk);
@@ -112,9 +119,7 @@ Status TwoLevelAllGather::progress(TaskContext& context, CollTask& task, bool* d
       ZRT_RETURN_IF_ERROR(ring.progress(context, task, &moved));
     }
     if (host_windows_) {
-      // This rank's own block of chunk k moves once level one delivered chunk k.
-      const size_t limit = cross_jobs_done() * grid_.hosts;
-      ZRT_RETURN_IF_ERROR(host_window_.progress(context, task, limit, &moved));
+      ZRT_RETURN_IF_ERROR(host_window_.progress(context, task, host_jobs_ready(), &moved));
     } else {
       moved |= start_host_job();
       ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));

@@ -8,8 +8,12 @@
 // Pipelining: every block is cut into chunks of kChunkBytes; level one runs chunk after chunk
 // without waiting, kCrossRings chunks at once (one ring each, tags apart) so that the network
 // link does not fall idle while one chunk's ring completes and the next one's starts, level two
-// runs job (k, g) for every host g once level one has chunk k, so the network moves chunk k+1 while
-// the host's ranks exchange chunk k. No staging: both levels receive into the output.
+// runs job (k, g) for every other host g once level one has chunk k, so the network moves chunk
+// k+1 while the host's ranks exchange chunk k. Job (k, own host) needs nothing from the network:
+// it comes first among chunk k's jobs and runs as soon as level one started chunk k (which put
+// this rank's own chunk in the output), while the network moves chunk k; a small all-gather
+// then costs the longer of the two levels, not their sum. No staging: both levels receive into
+// the output.
 //
 // Level two runs over the mapped windows (two_level_window.h) when the stream has them
 // (EngineOptions::peer_windows with two_level_hosts; ZRT_WINDOWS=0: tagged messages,
@@ -60,6 +64,14 @@ class TwoLevelAllGather final : public Phase {
  private:
   bool start_cross_job();
   bool start_host_job();
+  // Level two's jobs run chunk by chunk, this host's first: job i is chunk i / H of host
+  // host_of_job(i).
+  int host_of_job(size_t job) const {
+    return static_cast<int>((static_cast<size_t>(host_) + job) % static_cast<size_t>(grid_.hosts));
+  }
+  // How many of level two's jobs may run: those of the chunks level one delivered, and the own
+  // host's job of the chunk it started next.
+  size_t host_jobs_ready() const;
   // Chunks of level one done, in order (the oldest still active bounds it).
   size_t cross_jobs_done() const;
   bool cross_active() const;
@@ -85,7 +97,7 @@ class TwoLevelAllGather final : public Phase {
   size_t chunk_elems_ = 1;
   size_t chunks_ = 0;
   size_t cross_jobs_started_ = 0;
-  size_t host_jobs_started_ = 0;  // job (k, g) is number k * H + g
+  size_t host_jobs_started_ = 0;  // in host_of_job's order
   uint32_t host_tag_ = 0;
   uint32_t cross_tag_ = 0;
   std::vector<char*> host_output_;

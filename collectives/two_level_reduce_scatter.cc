@@ -49,12 +49,18 @@ Status TwoLevelReduceScatter::start(TaskContext& context, CollTask&) {
   chunks_ = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;
   host_jobs_started_ = cross_jobs_started_ = 0;
   host_tag_ = cross_tag_ = tag_offset_;
+  const size_t esize = spec_.element_size;
+  const char* input_end =
+      input_ + (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * esize;
+  const char* output_end = output_ + layout_.length(context.rank) * esize;
+  own_partial_last_ = output_end <= input_ || output_ >= input_end;
   if (host_windows_) {
     // Every job of level one up front: the window numbers their units on from one to the next.
     ZRT_RETURN_IF_ERROR(host_window_.attach(context, &host_members_, local_, spec_.element_size));
     host_window_.set_spec(spec_, spec_.scale);
     for (size_t chunk = 0; chunk < chunks_; ++chunk) {
-      for (int target = 0; target < hosts; ++target) {
+      for (int nth = 0; nth < hosts; ++nth) {
+        const int target = host_of_job(static_cast<size_t>(nth));
         for (int j = 0; j < local; ++j) {
           const int block = grid_.rank_of(target, j);
           host_input_[j] =
@@ -74,7 +80,7 @@ Status TwoLevelReduceScatter::start(TaskContext& context, CollTask&) {
 bool TwoLevelReduceScatter::start_host_job() {
   if (host_ring_.active() || host_jobs_started_ == chunks_ * grid_.hosts) return false;
   const size_t chunk = host_jobs_started_ / grid_.hosts;
-  const int target = static_cast<int>(host_jobs_started_ % grid_.hosts);
+  const int target = host_of_job(host_jobs_started_);
   if (chunk >= cross_jobs_done() + kDepth) return false;
   for (int j = 0; j < grid_.local; ++j) {
     const int block = grid_.rank_of(target, j);
@@ -89,13 +95,14 @@ bool TwoLevelReduceScatter::start_host_job() {
 }
 
 // Level two, chunk k: the hosts' partials of chunk k of this rank's block, reduced across hosts
-// into the output. Waits for level one to have finished chunk k for every host.
+// into the output. Waits for level one to have finished chunk k for every other host; this
+// host's partial comes last (release_own_partials).
 bool TwoLevelReduceScatter::start_cross_job() {
   if (cross_jobs_started_ == chunks_) return false;
   const size_t chunk = cross_jobs_started_;
   const int ring = static_cast<int>(chunk % kCrossRings);
   if (cross_rings_[ring].active()) return false;
-  if (host_jobs_done() < (chunk + 1) * grid_.hosts) return false;
+  if (host_jobs_done() < (chunk + 1) * grid_.hosts - (own_partial_last_ ? 1 : 0)) return false;
   for (int g = 0; g < grid_.hosts; ++g) {
     cross_input_[ring][g] = staging(chunk, g);
     cross_length_[ring][g] = chunk_length(grid_.rank_of(g, local_), chunk);
@@ -103,9 +110,19 @@ bool TwoLevelReduceScatter::start_cross_job() {
   cross_rings_[ring].begin(cross_input_[ring].data(), cross_length_[ring].data(),
                            output_ + chunk * chunk_elems_ * spec_.element_size, 1.0, true,
                            cross_tag_);
+  cross_chunk_[ring] = chunk;
+  release_own_partials();
   cross_tag_ += cross_rings_[ring].units();
   ++cross_jobs_started_;
   return true;
+}
+
+void TwoLevelReduceScatter::release_own_partials() {
+  const size_t done = host_jobs_done();
+  for (int ring = 0; ring < kCrossRings; ++ring) {
+    if (!cross_rings_[ring].active()) continue;
+    cross_rings_[ring].set_own_ready(done >= (cross_chunk_[ring] + 1) * grid_.hosts);
+  }
 }
 
 size_t TwoLevelReduceScatter::cross_jobs_done() const {
@@ -143,6 +160,7 @@ Status TwoLevelReduceScatter::progress(TaskContext& context, CollTask& task, boo
       ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
     }
     while (start_cross_job()) moved = true;
+    release_own_partials();
     for (SubringReduce& ring : cross_rings_) {
       ZRT_RETURN_IF_ERROR(ring.progress(context, task, &moved));
     }

@@ -15,9 +15,14 @@
 // at l+1 and ending at l of x[g, j]), each Σ as SubringReduce orders it
 // (two_level_ring_reduce.h).
 //
-// Pipelining: every block is cut into chunks of chunk_elems elements. Level one runs job (k, g)
-// for chunk k and host g in order; level two runs chunk k as soon as level one finished chunk k
-// for every host, so the network carries chunk k while the host reduces chunk k+1. Level two
+// Pipelining: every block is cut into chunks of chunk_elems elements. Level one runs the jobs
+// (k, g) of chunk k for every other host g, then for this host (the partial level two needs
+// last: each chunk's last step adds it, SubringReduce::set_own_ready); level two runs chunk k as
+// soon as level one finished chunk k for every other host, so the network carries chunk k while
+// the host reduces this host's share of chunk k and then chunk k+1, and a small reduce-scatter
+// costs about the longer of the two levels, not their sum. Not in place: level two receives
+// into the output, which is then this rank's block of the input, still to be read by level one's
+// own-host job; there level two waits for every job of its chunk. Level two
 // keeps kCrossRings chunks in flight (one ring each, tags apart), so the network link does not
 // fall idle while one chunk's ring completes and the next one's starts. Level one's partials sit
 // in kDepth = kCrossRings + 1 staging buffers of H chunks each in the stream's scratch memory.
@@ -66,6 +71,14 @@ class TwoLevelReduceScatter final : public Phase {
  private:
   bool start_host_job();
   bool start_cross_job();
+  // Level one's jobs run chunk by chunk, this host's last: job i is chunk i / H of host
+  // host_of_job(i).
+  int host_of_job(size_t job) const {
+    return static_cast<int>((static_cast<size_t>(host_) + 1 + job) %
+                            static_cast<size_t>(grid_.hosts));
+  }
+  // Tells each running ring of level two whether level one finished its chunk's own partial.
+  void release_own_partials();
   size_t host_jobs_done() const;
   // Chunks of level two done, in order (the oldest still active bounds it).
   size_t cross_jobs_done() const;
@@ -94,8 +107,11 @@ class TwoLevelReduceScatter final : public Phase {
   char* staging_ = nullptr;
   size_t chunk_elems_ = 1;
   size_t chunks_ = 0;
-  size_t host_jobs_started_ = 0;  // job (k, g) is number k * H + g
+  size_t host_jobs_started_ = 0;  // in host_of_job's order
   size_t cross_jobs_started_ = 0;
+  std::array<size_t, kCrossRings> cross_chunk_{};  // the chunk each ring runs
+  // Level two may start before the own host's partial (the output is not in the input).
+  bool own_partial_last_ = false;
   uint32_t host_tag_ = 0;
   uint32_t cross_tag_ = 0;
   std::vector<const char*> host_input_;

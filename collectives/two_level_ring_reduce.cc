@@ -26,6 +26,7 @@ void SubringReduce::begin(const char* const* input, const size_t* length, char* 
   output_ = output;
   input_scale_ = input_scale;
   final_ = final;
+  own_ready_ = true;
   tag_first_ = tag_first;
   size_t longest = 0;
   for (int j = 0; j < size_; ++j) longest = std::max(longest, length[j]);
@@ -90,12 +91,12 @@ Status SubringReduce::progress(TaskContext& context, CollTask& task, bool* moved
     if (next_reduce_ < unit_count_) {
       const int slot = static_cast<int>(next_reduce_ % kSlots);
       PostedOp& recv = recvs_[slot];
-      if (recv.finished()) {
+      const int step = static_cast<int>(next_reduce_ % steps);
+      const bool last = step == size_ - 2;
+      if (recv.finished() && (own_ready_ || !last)) {
         const size_t chunk = next_reduce_ / steps;
-        const int step = static_cast<int>(next_reduce_ % steps);
         const int block = ring_mod(me_ - 2 - step, size_);
         const size_t count = chunk_count(block, chunk);
-        const bool last = step == size_ - 2;
         PostedOp& forward = slot_sends_[send_seq_ % kSlots];
         if (!last) ZRT_RETURN_IF_ERROR(task.collect(&forward, right_, true, 0));
         if (last || !forward.busy()) {

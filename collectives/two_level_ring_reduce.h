@@ -40,6 +40,10 @@ class SubringReduce {
   // user's buffer (reduce_chunk's streamed stores apply). Tags start at tag_first.
   void begin(const char* const* input, const size_t* length, char* output, double input_scale,
              bool final, uint32_t tag_first);
+  // Whether this rank's own block (input[me], read only by each chunk's last step, which adds it
+  // to the sum of the others) is written yet: a job may begin before it is, and its last steps
+  // then wait for this to be set. begin() sets it.
+  void set_own_ready(bool ready) { own_ready_ = ready; }
   // Advances as far as completions allow; *moved when anything happened.
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
@@ -71,6 +75,7 @@ class SubringReduce {
   char* output_ = nullptr;
   double input_scale_ = 1.0;
   bool final_ = false;
+  bool own_ready_ = true;
   uint32_t tag_first_ = 0;
   uint64_t unit_count_ = 0;
   uint64_t next_post_ = 0;

@@ -46,6 +46,19 @@ void run_all(Rig& rig, int rank, int size, Results* results) {
       std::vector<float> ar_in(ar_count), ar(ar_count);
       for (size_t i = 0; i < ar_count; ++i) ar_in[i] = value_of(rank, i + 11, round);
       ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_REDUCE, ar_in.data(), ar.data(), ar_count)));
+      // In place, the same bits: the output is then part of the input that the host's own
+      // level-one job still reads.
+      std::vector<float> rs_in_place = in;
+      float* own_block = rs_in_place.data() + static_cast<size_t>(rank) * count;
+      ASSERT_OK(
+          rig.run(collective_args(ZRT_COLL_REDUCE_SCATTER, rs_in_place.data(), own_block, count)));
+      ASSERT_EQ(std::memcmp(own_block, rs.data(), count * sizeof(float)), 0)
+          << "in-place reduce-scatter, count " << count;
+      std::vector<float> ar_in_place = ar_in;
+      ASSERT_OK(rig.run(
+          collective_args(ZRT_COLL_ALL_REDUCE, ar_in_place.data(), ar_in_place.data(), ar_count)));
+      ASSERT_EQ(std::memcmp(ar_in_place.data(), ar.data(), ar_count * sizeof(float)), 0)
+          << "in-place all-reduce, count " << ar_count;
       results->rs.push_back(std::move(rs));
       results->ag.push_back(std::move(ag));
       results->ar.push_back(std::move(ar));
