@@ -193,13 +193,25 @@ def ucx_both_ways(name, streams, message, rounds, seconds):
     return statistics.median(r[0] for r in results), [r[1] for r in results]
 
 
+def rounded(times):
+    return {f"{coll}@{size}": round(t) for (coll, size), t in sorted(times.items())}
+
+
+def medians(rounds):
+    """Per cell, the median over rounds (dicts with the same keys)."""
+    return {key: statistics.median(times[key] for times in rounds) for key in rounds[0]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zrt-bench", required=True)
     parser.add_argument("--local", type=int, default=2, help="ranks per host (default 2)")
-    parser.add_argument("-n", "--iters", type=int, default=5)
-    parser.add_argument("-w", "--warmup", type=int, default=2)
+    parser.add_argument("-n", "--iters", type=int, default=20)
+    parser.add_argument("-w", "--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of zrt two-level, zrt flat and ob1, alternated; each cell is "
+                             "the median over rounds (default 3)")
     parser.add_argument("--ucx-rounds", type=int, default=3,
                         help="rounds of the UCX reference per size (median; default 3)")
     parser.add_argument("--ucx-seconds", type=float, default=3.0,
@@ -220,12 +232,24 @@ def main():
     netns("up", args.name, hosts)
     try:
         started = time.time()
-        two_level = zrt_times(args, args.name, local, "two-level", 29701)
-        flat = zrt_times(args, args.name, local, "flat", 29702)
-        ob1, ob1_every = ob1_best(args, args.name, local, binary)
-        print(f"# measured zrt two-level {two_level}\n# zrt flat {flat}", flush=True)
-        for label, times in ob1_every.items():
-            print(f"# {label} {times}", flush=True)
+        # Round after round, in alternating order, so that a machine others load (and this
+        # one's own drift) slows all alike; small calls here are bimodal (which ranks share a
+        # core), so one round decides little.
+        runs = {"two-level": [], "flat": [], "ob1": []}
+        for round_index in range(args.rounds):
+            order = list(runs) if round_index % 2 == 0 else list(runs)[::-1]
+            for label in order:
+                if label == "ob1":
+                    best, every = ob1_best(args, args.name, local, binary)
+                    runs[label].append(best)
+                    for config, times in every.items():
+                        print(f"# round {round_index} {config} {rounded(times)}", flush=True)
+                else:
+                    port = 29701 + 2 * round_index + (label == "flat")
+                    runs[label].append(zrt_times(args, args.name, local, label, port))
+                    print(f"# round {round_index} zrt {label} {rounded(runs[label][-1])}",
+                          flush=True)
+        two_level, flat, ob1 = (medians(runs[label]) for label in ("two-level", "flat", "ob1"))
         ucx = {}
         for size in SIZES:
             block = size // (hosts * local)
@@ -234,7 +258,7 @@ def main():
             print(f"# UCX {size}: per direction, each round (GB/s): " +
                   " ".join(f"{a / 1e9:.3f}/{b / 1e9:.3f}" for a, b in rounds), flush=True)
         print(f"# 2 hosts x {local} ranks, tcp over veth; measured in {time.time() - started:.0f} s;"
-              f" times in us per call; UCX = tag_bw, {local} streams each way at once, steady "
+              f" times in us per call, medians of {args.rounds} rounds of {args.iters} calls; UCX = tag_bw, {local} streams each way at once, steady "
               f"state, median of {args.ucx_rounds} rounds; load {os.getloadavg()[0]:.2f}")
         print(f"{'collective':<15}{'bytes':>10}{'two-level':>11}{'flat':>11}{'ob1':>11}"
               f"{'UCX GB/s':>10}{'2L/UCX':>8}{'flat/UCX':>9}{'2L/ob1':>8}{'flat/ob1':>9}")
