@@ -172,7 +172,11 @@ Status TwoLevelReduceScatter::progress(TaskContext& context, CollTask& task, boo
   } else {
     host_done = !host_ring_.active();
   }
-  if (cross_active()) {
+  bool own_partial_pending = false;  // a ring across hosts waits for this host's ranks
+  for (const SubringReduce& ring : cross_rings_) {
+    own_partial_pending |= ring.active() && !ring.own_ready();
+  }
+  if (cross_active() && !(own_partial_pending && !host_done)) {
     task.note_waiting(cross_rings_[0].left());
   } else if (!host_done) {
     task.note_waiting(host_windows_ ? host_window_.left() : host_ring_.left());

@@ -44,6 +44,7 @@ class SubringReduce {
   // to the sum of the others) is written yet: a job may begin before it is, and its last steps
   // then wait for this to be set. begin() sets it.
   void set_own_ready(bool ready) { own_ready_ = ready; }
+  bool own_ready() const { return own_ready_; }
   // Advances as far as completions allow; *moved when anything happened.
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
