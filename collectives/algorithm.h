@@ -63,9 +63,12 @@ struct AlgorithmRow {
   std::string algorithm;
   int line = 0;  // in the text it was parsed from
 
+  // The row is about a communicator of `ranks` ranks on `hosts` hosts (any op and size).
+  bool applies_to(int ranks, int hosts) const {
+    return ranks >= min_ranks && ranks <= max_ranks && hosts >= min_hosts && hosts <= max_hosts;
+  }
   bool matches(TableOp o, int ranks, uint64_t bytes, int hosts) const {
-    return o == op && ranks >= min_ranks && ranks <= max_ranks && hosts >= min_hosts &&
-           hosts <= max_hosts && bytes >= min_bytes && bytes <= max_bytes;
+    return o == op && applies_to(ranks, hosts) && bytes >= min_bytes && bytes <= max_bytes;
   }
 };
 

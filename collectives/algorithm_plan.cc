@@ -14,10 +14,7 @@ constexpr TableOp kTableOps[] = {TableOp::kReduceScatter, TableOp::kAllGather, T
 void add_boundaries(const AlgorithmTable& table, TableOp op, int ranks, int hosts,
                     std::vector<uint64_t>* starts) {
   for (const AlgorithmRow& row : table.rows()) {
-    if (row.op != op || ranks < row.min_ranks || ranks > row.max_ranks || hosts < row.min_hosts ||
-        hosts > row.max_hosts) {
-      continue;
-    }
+    if (row.op != op || !row.applies_to(ranks, hosts)) continue;
     starts->push_back(row.min_bytes);
     if (row.max_bytes != kAnyBytes) starts->push_back(row.max_bytes + 1);
   }

@@ -20,8 +20,8 @@
 // last: each chunk's last step adds it, SubringReduce::set_own_ready); level two runs chunk k as
 // soon as level one finished chunk k for every other host, so the network carries chunk k while
 // the host reduces this host's share of chunk k and then chunk k+1, and a small reduce-scatter
-// costs about the longer of the two levels, not their sum. Not in place: level two receives
-// into the output, which is then this rank's block of the input, still to be read by level one's
+// costs about the longer of the two levels, not their sum. In place, level two receives into
+// the output, which is then this rank's block of the input, still to be read by level one's
 // own-host job; there level two waits for every job of its chunk. Level two
 // keeps kCrossRings chunks in flight (one ring each, tags apart), so the network link does not
 // fall idle while one chunk's ring completes and the next one's starts. Level one's partials sit

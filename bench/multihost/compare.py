@@ -258,8 +258,9 @@ def main():
             print(f"# UCX {size}: per direction, each round (GB/s): " +
                   " ".join(f"{a / 1e9:.3f}/{b / 1e9:.3f}" for a, b in rounds), flush=True)
         print(f"# 2 hosts x {local} ranks, tcp over veth; measured in {time.time() - started:.0f} s;"
-              f" times in us per call, medians of {args.rounds} rounds of {args.iters} calls; UCX = tag_bw, {local} streams each way at once, steady "
-              f"state, median of {args.ucx_rounds} rounds; load {os.getloadavg()[0]:.2f}")
+              f" times in us per call, medians of {args.rounds} rounds of {args.iters} calls;"
+              f" UCX = tag_bw, {local} streams each way at once, steady state, median of"
+              f" {args.ucx_rounds} rounds; load {os.getloadavg()[0]:.2f}")
         print(f"{'collective':<15}{'bytes':>10}{'two-level':>11}{'flat':>11}{'ob1':>11}"
               f"{'UCX GB/s':>10}{'2L/UCX':>8}{'flat/UCX':>9}{'2L/ob1':>8}{'flat/ob1':>9}")
         for coll in COLLS:

@@ -51,8 +51,7 @@ constexpr SettingSpec kSpecs[] = {
      .default_value = "",
      .doc = "algorithm table for reduce-scatter, all-gather and all-reduce by rank count, host "
             "count and size (zrt-tune --algorithms writes one); sizes no row covers use the "
-            "built-in table, and "
-            "ZRT_ALGO overrides both",
+            "built-in table, and ZRT_ALGO overrides both",
      .default_doc = "unset"},
     {.id = SettingId::kWindows,
      .name = "ZRT_WINDOWS",
