@@ -77,10 +77,13 @@ Status CollTask::start_order_check(TaskContext& context) {
 Status CollTask::start_phases(TaskContext& context) {
   phases_started_ = true;
   if (phase_count_ == 0) return Status::ok();
-  if (fingerprint_.enabled() && !phases_[0]->carries_fingerprint()) {
-    ZRT_RETURN_IF_ERROR(fingerprint_.post_companion(context));
-  }
+  if (fingerprint_.enabled()) ZRT_RETURN_IF_ERROR(phases_[0]->start_fingerprint(context, *this));
   return phases_[0]->start(context, *this);
+}
+
+Status Phase::start_fingerprint(TaskContext& context, CollTask& task) {
+  return task.post_fingerprint_companion(context, ring_mod(context.rank - 1, context.size),
+                                         ring_mod(context.rank + 1, context.size));
 }
 
 Status CollTask::mismatch_failure() {
@@ -88,16 +91,22 @@ Status CollTask::mismatch_failure() {
   return fingerprint_.mismatch();
 }
 
-// The data phases run at once; the task ends only when the left neighbour's fingerprint was
-// examined too. A data error while that fingerprint is still on its way (a short receive, a
+// The data phases run at once; the task ends only when the neighbours' fingerprints were
+// examined too. A data error while a fingerprint is still on its way (a short receive, a
 // truncated message: what mismatched counts look like) waits for it a moment, since the
-// fingerprint's mismatch names both calls and the data error does not.
+// fingerprint's mismatch names both calls and the data error does not. So does a truncated
+// message on a link that no fingerprint covers (the two-level collectives check a tree of
+// links): the ranks that compare the calls tell every rank (peer verdicts), and the engine
+// fails this task with their verdict while the error waits.
 Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
+  auto worth_holding = [this](const Status& error) {
+    return fingerprint_.awaiting() || error.code() == ZRT_INVALID_USAGE;
+  };
   marker_ += static_cast<uint64_t>(fingerprint_.poll_companion());
   if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
   if (!held_error_.is_ok()) {
     const auto waited = std::chrono::steady_clock::now() - held_since_;
-    if (!fingerprint_.awaiting() || waited >= std::chrono::milliseconds(kFingerprintGraceMs)) {
+    if (!worth_holding(held_error_) || waited >= std::chrono::milliseconds(kFingerprintGraceMs)) {
       return held_error_;
     }
     return Status::ok();
@@ -106,7 +115,7 @@ Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
     Status status = run_phases(context, &phases_done_);
     if (!status.is_ok()) {
       if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
-      if (!fingerprint_.awaiting()) return status;
+      if (!worth_holding(status)) return status;
       held_error_ = status;
       held_since_ = std::chrono::steady_clock::now();
       return Status::ok();
@@ -189,6 +198,7 @@ Status CollTask::post_recv(TaskContext& context, int peer, uint32_t tag, void* b
                            PostedOp* op) {
   op->completion = TransportCompletion{};
   op->posted = true;
+  op->fingerprinted = false;
   Status status = context.transport.recv(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
                                          &op->completion);
   if (!status.is_ok()) {
@@ -198,9 +208,54 @@ Status CollTask::post_recv(TaskContext& context, int peer, uint32_t tag, void* b
   return Status::ok();
 }
 
+Status CollTask::post_data_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
+                                size_t bytes, PostedOp* op, bool with_fingerprint) {
+  if (!with_fingerprint) return post_send(context, peer, tag, buffer, bytes, op);
+  op->completion = TransportCompletion{};
+  op->posted = true;
+  const OrderFingerprint& mine = fingerprint_.mine();
+  Status status =
+      context.transport.send_with_header(peer, context.tag_base | (tag & 0xffffu), &mine,
+                                         sizeof(mine), buffer, bytes, &op->completion);
+  if (!status.is_ok()) {
+    op->posted = false;
+    return status.with_context(fmt::format("send of {} bytes to rank {}", bytes, peer));
+  }
+  if (peer != context.rank) bytes_sent_ += bytes;
+  return Status::ok();
+}
+
+Status CollTask::post_data_recv(TaskContext& context, int peer, uint32_t tag, void* buffer,
+                                size_t bytes, PostedOp* op, bool with_fingerprint) {
+  if (!with_fingerprint) return post_recv(context, peer, tag, buffer, bytes, op);
+  op->completion = TransportCompletion{};
+  op->posted = true;
+  op->fingerprinted = true;
+  fingerprint_.expect_header(peer);
+  Status status = context.transport.recv_with_header(
+      peer, context.tag_base | (tag & 0xffffu), fingerprint_.header_slot(),
+      sizeof(OrderFingerprint), buffer, bytes, &op->completion);
+  if (!status.is_ok()) {
+    op->posted = false;
+    op->fingerprinted = false;
+    return status.with_context(fmt::format("receive of {} bytes from rank {}", bytes, peer));
+  }
+  return Status::ok();
+}
+
+Status CollTask::post_fingerprint_companion(TaskContext& context, int left, int right) {
+  fingerprint_.route(left, right);
+  return fingerprint_.post_companion(context);
+}
+
 Status CollTask::collect(PostedOp* op, int peer, bool is_send, size_t expected_bytes) {
   if (!op->finished()) return Status::ok();
   op->posted = false;
+  if (op->fingerprinted) {
+    op->fingerprinted = false;
+    ZRT_RETURN_IF_ERROR(fingerprint_.take_header(op->completion, peer));
+    if (op->completion.status.is_ok()) op->completion.bytes -= sizeof(OrderFingerprint);
+  }
   if (!op->completion.status.is_ok()) {
     return op->completion.status.with_context(
         fmt::format("{} rank {}", is_send ? "send to" : "receive from", peer));

@@ -29,6 +29,7 @@ class CollTask;
 struct PostedOp {
   TransportCompletion completion;
   bool posted = false;
+  bool fingerprinted = false;  // a receive with the call's fingerprint in front of the data
   bool busy() const { return posted && !completion.done; }
   bool finished() const { return posted && completion.done; }
 };
@@ -76,9 +77,11 @@ class Phase {
   virtual ~Phase() = default;
   virtual Status start(TaskContext& context, CollTask& task) = 0;
   virtual Status progress(TaskContext& context, CollTask& task, bool* done) = 0;
-  // The phase puts the default fingerprint into its own first messages (window READY(0), the
-  // direct all-reduce's header); otherwise CollTask sends it alongside (fingerprint_check.h).
-  virtual bool carries_fingerprint() const { return false; }
+  // On the task's first phase, before start(), while the default fingerprint is on
+  // (fingerprint_check.h): posts what carries it beyond the phase's own messages. By default the
+  // companion around the ring; phases whose first messages carry it (window READY(0), the direct
+  // all-reduce's and one-shot's headers) post nothing.
+  virtual Status start_fingerprint(TaskContext& context, CollTask& task);
 };
 
 // A collective's arguments as describe() prints them ("all_reduce(8 x f32, sum)"), kept as
@@ -151,6 +154,16 @@ class CollTask final : public Task {
                    PostedOp* op, bool data = true);
   Status post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
                    PostedOp* op);
+  // A data message that, with `with_fingerprint` (only while fingerprint_on()), carries the
+  // default fingerprint in front of its data (Phase::start_fingerprint, fingerprint_check.h):
+  // the receive's collect() compares what arrived before it checks the length. Without, as
+  // post_send / post_recv. And the companion for the links such headers leave out (-1: no such
+  // neighbour).
+  Status post_data_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
+                        size_t bytes, PostedOp* op, bool with_fingerprint);
+  Status post_data_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
+                        PostedOp* op, bool with_fingerprint);
+  Status post_fingerprint_companion(TaskContext& context, int left, int right);
   // The error of a finished op (naming the peer), else ok; counts received bytes once.
   Status collect(PostedOp* op, int peer, bool is_send, size_t expected_bytes);
   void advanced() { ++marker_; }

@@ -29,7 +29,7 @@ class DirectAllReduce final : public Phase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
-  bool carries_fingerprint() const override { return true; }
+  Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
 
   // Elements per segment for `size` ranks and `scratch_bytes` of staging.
   static size_t segment_elements(int size, size_t scratch_bytes, size_t element_size);

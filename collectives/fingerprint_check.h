@@ -12,6 +12,12 @@
 //     collective's first phase, 40 bytes in front of the byte count (48 instead of 8 bytes);
 //   - direct all-reduce: in a 64-byte header in front of each segment's data, which the
 //     algorithm copies into its staging anyway;
+//   - two-level collectives (ranks on several hosts): in front of the first message of the
+//     first ring across hosts, a header that the transport gathers with the user's data into one
+//     message (Transport::send_with_header), plus a companion along each host's ranks (below,
+//     local rank l to l + 1); the links checked form a tree over all ranks, and no message
+//     crosses hosts for the check alone. Every block must be below kFingerprintHeaderMaxBytes
+//     and every ring across hosts must move data; otherwise the companion ring below;
 //   - tagged-message rings, broadcast and reduce chains, recursive doubling, barrier: in one
 //     40-byte message to the right ring neighbour, posted with the first data, on the task's tag
 //     with the order-check bit and task bits 1 (these paths send their data straight from the
@@ -38,6 +44,9 @@ inline constexpr size_t kFingerprintHeaderBytes = 64;
 static_assert(sizeof(OrderFingerprint) <= kFingerprintHeaderBytes);
 // How long a data error waits for a fingerprint still on its way, which names the calls.
 inline constexpr int64_t kFingerprintGraceMs = 500;
+// Messages at least this long keep the companion: UCX sends them by rendezvous, where the
+// gathered header buys nothing measurable and the iov datatype may cost the zero-copy protocol.
+inline constexpr size_t kFingerprintHeaderMaxBytes = size_t{256} << 10;
 
 class FingerprintCheck {
  public:
@@ -55,22 +64,42 @@ class FingerprintCheck {
   Status compare(const void* data, size_t bytes, int peer);
   const Status& mismatch() const { return mismatch_; }
 
-  // The companion message (paths without a header of their own).
+  // The companion's neighbours: by default the ring's (rank - 1 and rank + 1); -1 for none.
+  void route(int left, int right) {
+    left_ = left;
+    right_ = right;
+  }
+  // The companion message (paths without a header of their own), on the route.
   Status post_companion(TaskContext& context);
+  // A header in front of a data message (Transport::send_with_header): where the left link's
+  // arrives, and its examination once the receive completed (a failed receive loses it: the
+  // error waits for the peer's verdict, which names the calls).
+  void expect_header(int peer) {
+    header_peer_ = peer;
+    header_seen_ = false;
+  }
+  void* header_slot() { return &header_; }
+  Status take_header(const TransportCompletion& completion, int peer);
   // Examines the companion receive once it completed; returns how many operations completed.
   int poll_companion();
   bool companion_posted() const { return companion_; }
-  // The left neighbour's fingerprint has not been examined yet.
-  bool awaiting() const { return companion_ && !recv_seen_; }
+  // A neighbour's fingerprint has not been examined yet.
+  bool awaiting() const {
+    return (companion_ && !recv_seen_) || (header_peer_ >= 0 && !header_seen_);
+  }
   // The companion's operations are done (or there is no companion).
   bool settled() const { return !companion_ || (recv_seen_ && send_seen_); }
   // A failed companion receive or send (the peer failed), else ok.
   const Status& peer_error() const { return peer_error_; }
-  int left() const { return left_; }
+  // The neighbour whose fingerprint is awaited (for a timeout's message).
+  int left() const { return companion_ && !recv_seen_ ? left_ : header_peer_; }
 
  private:
   OrderFingerprint mine_;
   OrderFingerprint theirs_;
+  OrderFingerprint header_;
+  int header_peer_ = -1;
+  bool header_seen_ = false;
   bool has_ = false;
   bool enabled_ = false;
   bool companion_ = false;

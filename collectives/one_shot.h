@@ -94,7 +94,7 @@ class OneShotPhase final : public Phase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
-  bool carries_fingerprint() const override { return true; }
+  Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
 
  private:
   enum class Step { kHandshake, kCredit, kWait, kDrain, kDone };

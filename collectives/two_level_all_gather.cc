@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "collectives/two_level_fingerprint.h"
+
 namespace zrt {
 
 Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
@@ -48,8 +50,15 @@ Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
         host_window_.add_job(host_output_.data(), host_length_.data());
       }
     }
-    host_window_.begin(tag_offset_);
+    host_window_.begin(tag_offset_, fingerprint_in_header_);
   }
+  return Status::ok();
+}
+
+Status TwoLevelAllGather::start_fingerprint(TaskContext& context, CollTask& task) {
+  ZRT_RETURN_IF_ERROR(start_two_level_fingerprint(context, task, grid_, layout_, element_size_,
+                                                  host_windows_, &fingerprint_in_header_));
+  if (fingerprint_in_header_) cross_rings_[0].carry_fingerprint();
   return Status::ok();
 }
 

@@ -60,6 +60,8 @@ class TwoLevelAllGather final : public Phase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
+  // In front of level one's first message across hosts (fingerprint_check.h).
+  Status start_fingerprint(TaskContext& context, CollTask& task) override;
 
  private:
   bool start_cross_job();
@@ -86,6 +88,7 @@ class TwoLevelAllGather final : public Phase {
   size_t element_size_;
   HostGrid grid_;
   uint32_t tag_offset_;
+  bool fingerprint_in_header_ = false;  // start_fingerprint chose the header route
   int rank_ = 0;
   int host_ = 0;
   int local_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "collectives/two_level_fingerprint.h"
 #include "lib/engine/stream_resources.h"
 
 namespace zrt {
@@ -70,8 +71,15 @@ Status TwoLevelReduceScatter::start(TaskContext& context, CollTask&) {
         host_window_.add_job(host_input_.data(), host_length_.data(), staging(chunk, target));
       }
     }
-    host_window_.begin(tag_offset_);
+    host_window_.begin(tag_offset_, fingerprint_in_header_);
   }
+  return Status::ok();
+}
+
+Status TwoLevelReduceScatter::start_fingerprint(TaskContext& context, CollTask& task) {
+  ZRT_RETURN_IF_ERROR(start_two_level_fingerprint(context, task, grid_, layout_, spec_.element_size,
+                                                  host_windows_, &fingerprint_in_header_));
+  if (fingerprint_in_header_) cross_rings_[0].carry_fingerprint();
   return Status::ok();
 }
 

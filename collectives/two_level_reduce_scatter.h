@@ -67,6 +67,8 @@ class TwoLevelReduceScatter final : public Phase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
+  // In front of level two's first message (fingerprint_check.h).
+  Status start_fingerprint(TaskContext& context, CollTask& task) override;
 
  private:
   bool start_host_job();
@@ -97,6 +99,7 @@ class TwoLevelReduceScatter final : public Phase {
   ReduceSpec spec_;
   HostGrid grid_;
   uint32_t tag_offset_;
+  bool fingerprint_in_header_ = false;  // start_fingerprint chose the header route
   int host_ = 0;
   int local_ = 0;
   std::vector<int> host_members_;   // this host's ranks

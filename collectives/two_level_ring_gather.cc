@@ -56,12 +56,15 @@ Status SubringGather::progress(TaskContext& context, CollTask& task, bool* moved
         PostedOp& send = sends_[slot];
         ZRT_RETURN_IF_ERROR(task.collect(&send, right_, true, 0));
         if (send.busy()) break;
-        ZRT_RETURN_IF_ERROR(task.post_send(context, right_, tag, output_chunk(me_, chunk),
-                                           chunk_count(me_, chunk) * element_size_, &send));
+        ZRT_RETURN_IF_ERROR(task.post_data_send(context, right_, tag, output_chunk(me_, chunk),
+                                                chunk_count(me_, chunk) * element_size_, &send,
+                                                fingerprint_first_));
       }
       const int block = ring_mod(me_ - step - 1, size_);
-      ZRT_RETURN_IF_ERROR(task.post_recv(context, left_, tag, output_chunk(block, chunk),
-                                         chunk_count(block, chunk) * element_size_, &recvs_[slot]));
+      ZRT_RETURN_IF_ERROR(task.post_data_recv(context, left_, tag, output_chunk(block, chunk),
+                                              chunk_count(block, chunk) * element_size_,
+                                              &recvs_[slot], fingerprint_first_));
+      fingerprint_first_ = false;
       ++next_post_;
       step_moved = true;
     }

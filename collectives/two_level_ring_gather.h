@@ -23,6 +23,9 @@ class SubringGather {
   // Starts a job: block j is `length[j]` elements at `output[j]` (arrays of members.size());
   // this rank's own block is read from `own` and copied to output[me] unless they are the same.
   void begin(char* const* output, const size_t* length, const char* own, uint32_t tag_first);
+  // The next job's first message (unit 0's send to the right, and its receive from the left)
+  // carries the task's fingerprint in front of its data (fingerprint_check.h).
+  void carry_fingerprint() { fingerprint_first_ = true; }
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
   uint32_t units() const { return static_cast<uint32_t>(unit_count_); }
@@ -44,6 +47,7 @@ class SubringGather {
   const size_t* length_ = nullptr;
   const char* own_ = nullptr;
   uint32_t tag_first_ = 0;
+  bool fingerprint_first_ = false;
   uint64_t unit_count_ = 0;
   uint64_t next_post_ = 0;
   uint64_t next_done_ = 0;

@@ -78,12 +78,15 @@ Status SubringReduce::progress(TaskContext& context, CollTask& task, bool* moved
         ZRT_RETURN_IF_ERROR(task.collect(&send, right_, true, 0));
         if (send.busy()) break;
         const int block = ring_mod(me_ - 1, size_);
-        ZRT_RETURN_IF_ERROR(task.post_send(context, right_, tag, input_chunk(block, chunk),
-                                           chunk_count(block, chunk) * esize, &send));
+        ZRT_RETURN_IF_ERROR(task.post_data_send(context, right_, tag, input_chunk(block, chunk),
+                                                chunk_count(block, chunk) * esize, &send,
+                                                fingerprint_first_));
       }
       const int block = ring_mod(me_ - 2 - step, size_);
-      ZRT_RETURN_IF_ERROR(task.post_recv(context, left_, tag, received(slot, chunk),
-                                         chunk_count(block, chunk) * esize, &recvs_[slot]));
+      ZRT_RETURN_IF_ERROR(task.post_data_recv(context, left_, tag, received(slot, chunk),
+                                              chunk_count(block, chunk) * esize, &recvs_[slot],
+                                              fingerprint_first_));
+      fingerprint_first_ = false;
       ++next_post_;
       step_moved = true;
     }

@@ -46,6 +46,9 @@ class SubringReduce {
   void set_own_ready(bool ready) { own_ready_ = ready; }
   bool own_ready() const { return own_ready_; }
   // Advances as far as completions allow; *moved when anything happened.
+  // The next job's first message (unit 0's send to the right, and its receive from the left)
+  // carries the task's fingerprint in front of its data (fingerprint_check.h).
+  void carry_fingerprint() { fingerprint_first_ = true; }
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
   // Tags a job over these lengths uses.
@@ -78,6 +81,7 @@ class SubringReduce {
   bool final_ = false;
   bool own_ready_ = true;
   uint32_t tag_first_ = 0;
+  bool fingerprint_first_ = false;
   uint64_t unit_count_ = 0;
   uint64_t next_post_ = 0;
   uint64_t next_reduce_ = 0;

@@ -39,10 +39,8 @@ void HostWindowRing::add_job_blocks(const char* const* block, const size_t* leng
   jobs_.push_back(job);
 }
 
-void HostWindowRing::begin(uint32_t tag_offset) {
-  // The call's fingerprint travels in the task's companion message (the level across hosts
-  // uses tagged messages), not in READY(0).
-  window_.start(unit_count_, tag_offset, /*fingerprint_first=*/false);
+void HostWindowRing::begin(uint32_t tag_offset, bool fingerprint_first) {
+  window_.start(unit_count_, tag_offset, fingerprint_first);
 }
 
 size_t HostWindowRing::jobs_consumed() const {

@@ -30,8 +30,9 @@ class HostWindowRing {
   // `members` (comm ranks of this host in ring order) must outlive the object; `me` is this
   // rank's position. Attaches the stream's window (inbox geometry, neighbours).
   Status attach(TaskContext& context, const std::vector<int>* members, int me, size_t element_size);
-  // Starts the window over every job added; tags from tag_offset.
-  void begin(uint32_t tag_offset);
+  // Starts the window over every job added; tags from tag_offset. `fingerprint_first`: READY(0)
+  // carries the task's fingerprint (two_level_fingerprint.h), as the one-host window ring's does.
+  void begin(uint32_t tag_offset, bool fingerprint_first);
 
   size_t jobs() const { return jobs_.size(); }
   // Jobs whose every unit this rank has consumed (their reduction outputs are complete).

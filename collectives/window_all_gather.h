@@ -28,7 +28,7 @@ class WindowAllGather final : public WindowPhase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
-  bool carries_fingerprint() const override { return true; }
+  Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
 
  private:
   char* output_chunk(int block, size_t chunk) const;

@@ -29,7 +29,7 @@ class WindowReduceScatter final : public WindowPhase {
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
-  bool carries_fingerprint() const override { return true; }
+  Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
 
  private:
   const char* input_chunk(int block, size_t chunk) const;

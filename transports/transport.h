@@ -58,6 +58,16 @@ class Transport {
                       TransportCompletion* completion) = 0;
   virtual Status recv(int peer, uint64_t tag, void* buffer, size_t bytes,
                       TransportCompletion* completion) = 0;
+  // As send / recv, for one message in two parts: `header` (header_bytes > 0) in front of the
+  // data, gathered on the send and scattered on the receive without a copy by zrt (a collective
+  // carries its call's fingerprint in front of its first data, fingerprint_check.h). A message
+  // sent this way must be received this way, with the same header_bytes. The header is owned by
+  // the poster like the buffer, until `done`; a receive's `bytes` then counts both parts.
+  virtual Status send_with_header(int peer, uint64_t tag, const void* header, size_t header_bytes,
+                                  const void* buffer, size_t bytes,
+                                  TransportCompletion* completion) = 0;
+  virtual Status recv_with_header(int peer, uint64_t tag, void* header, size_t header_bytes,
+                                  void* buffer, size_t bytes, TransportCompletion* completion) = 0;
 
   // Drives communication; returns how many operations completed (0 = nothing happened).
   virtual unsigned progress() = 0;

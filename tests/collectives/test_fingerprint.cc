@@ -1,6 +1,7 @@
 // The default mismatch fingerprint (collectives/fingerprint_check.h), with the order checker
 // off: every kind of mismatched call (op, dtype, kind, count) fails on every rank, at N = 2 and
-// 3, through the window rings and the tagged-message paths, with a message naming both calls
+// 3, through the window rings and the tagged-message paths, and at 2 simulated hosts x 2
+// through the two-level collectives, with a message naming both calls
 // (the ranks that saw it directly, the others through the peer verdict); matched calls before
 // it give the right results.
 #include <gtest/gtest.h>
@@ -79,17 +80,30 @@ size_t count_of(const std::string& text, const std::string& word) {
   return found;
 }
 
-void run_cases(int size, bool windows) {
+// `hosts` > 0: the ranks stand for that many hosts, and the rings are the two-level collectives
+// (ZRT_ALGO=ring: on one machine the table would pick one-shot for the small cases), whose
+// fingerprint travels in front of the first message across hosts for blocks below
+// kFingerprintHeaderMaxBytes (op_direct, op_tiny, count_tiny) and in the companion above.
+// Who makes rank 0's call there: every rank of host 0 (only the links between hosts see the
+// difference) or local rank 0 of every host (only the links inside a host see it).
+enum class Differs { kRankZero, kFirstHost, kFirstLocalRank };
+
+void run_cases(int size, bool windows, int hosts = 0, Differs who = Differs::kRankZero) {
   RankOptions options;
   options.env["ZRT_CHECK"] = "0";
+  if (hosts > 0) options.env["ZRT_ALGO"] = "ring";
   options.deadline_ms = 240000;
   expect_ranks_pass(
       size,
-      [windows](int rank, int size) {
+      [windows, hosts, who](int rank, int size) {
         for (const Case& c : kCases) {
           Rig rig;
           rig.windows = windows;
-          const std::string name = std::string("fp_") + c.name + (windows ? "_w" : "_t");
+          rig.two_level_hosts = hosts;
+          const std::string name = std::string("fp_") + c.name + (windows ? "_w" : "_t") +
+                                   (who == Differs::kFirstHost        ? "_host"
+                                    : who == Differs::kFirstLocalRank ? "_local"
+                                                                      : "");
           ASSERT_OK(rig.init(rank, size, name, 20000));
           const size_t total = 300001 * static_cast<size_t>(size);
           std::vector<float> in(total, 1.0f + static_cast<float>(rank)), out(total, 0.0f);
@@ -98,8 +112,12 @@ void run_cases(int size, bool windows) {
           const float expected = static_cast<float>(size * (size + 1) / 2);
           for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(out[i], expected) << c.name << " " << i;
 
-          CollectiveArgs args = rank == 0 ? args_for(c.kind0, c.count0, c.dtype0, c.op0, in, out)
-                                          : args_for(c.kind, c.count, ZRT_F32, ZRT_SUM, in, out);
+          const int local = hosts > 0 ? size / hosts : size;
+          const bool differs = who == Differs::kFirstHost        ? rank < local
+                               : who == Differs::kFirstLocalRank ? rank % local == 0
+                                                                 : rank == 0;
+          CollectiveArgs args = differs ? args_for(c.kind0, c.count0, c.dtype0, c.op0, in, out)
+                                        : args_for(c.kind, c.count, ZRT_F32, ZRT_SUM, in, out);
           const Status status = rig.run(args);
           ASSERT_FALSE(status.is_ok()) << c.name << ": rank " << rank << " saw no mismatch";
           EXPECT_EQ(status.code(), ZRT_INVALID_USAGE) << c.name << ": " << status.message();
@@ -137,6 +155,12 @@ TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN2) {
 }
 TEST(Fingerprint, MismatchesFailOnEveryRankThroughTaggedMessagesN3) {
   run_cases(3, false);
+}
+TEST(Fingerprint, TwoLevelMismatchesBetweenHostsFailOnEveryRank) {
+  run_cases(4, true, 2, Differs::kFirstHost);
+}
+TEST(Fingerprint, TwoLevelMismatchesInsideHostsFailOnEveryRank) {
+  run_cases(4, true, 2, Differs::kFirstLocalRank);
 }
 
 }  // namespace

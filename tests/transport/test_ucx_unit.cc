@@ -96,6 +96,43 @@ TEST_F(UcxSingleRank, TruncatedReceiveFails) {
   (void)wait_all(*transport_, {&sent}, 10000);
 }
 
+// A header in front of the data (send_with_header / recv_with_header): both parts arrive where
+// the receive put them, and `bytes` counts both; a header message longer than the receive fails
+// as any longer message does; a missing header is refused.
+TEST_F(UcxSingleRank, HeaderTravelsInFrontOfTheData) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, size_t{300} << 10, size_t{1} << 20}) {
+    std::vector<uint8_t> out(bytes), in(bytes), header_out(40), header_in(40, 0);
+    fill_pattern(out, 0, 0);
+    fill_pattern(header_out, 1, 1);
+    TransportCompletion sent, received;
+    ASSERT_TRUE(
+        transport_->recv_with_header(0, 6, header_in.data(), 40, in.data(), bytes, &received)
+            .is_ok());
+    ASSERT_TRUE(transport_->send_with_header(0, 6, header_out.data(), 40, out.data(), bytes, &sent)
+                    .is_ok());
+    Status status = wait_all(*transport_, {&sent, &received}, 10000);
+    ASSERT_TRUE(status.is_ok()) << bytes << ": " << status.message();
+    EXPECT_EQ(received.bytes, bytes + 40);
+    EXPECT_EQ(first_mismatch(in, 0, 0), -1) << bytes;
+    EXPECT_EQ(first_mismatch(header_in, 1, 1), -1) << bytes;
+  }
+  std::vector<uint8_t> header(40), out(256), in(128);
+  TransportCompletion sent, received;
+  ASSERT_TRUE(
+      transport_->send_with_header(0, 7, header.data(), 40, out.data(), 256, &sent).is_ok());
+  ASSERT_TRUE(
+      transport_->recv_with_header(0, 7, header.data(), 40, in.data(), 128, &received).is_ok());
+  EXPECT_EQ(wait_all(*transport_, {&received}, 10000).code(), ZRT_INVALID_USAGE);
+  (void)wait_all(*transport_, {&sent}, 10000);
+  TransportCompletion refused;
+  Status status = transport_->send_with_header(0, 8, nullptr, 40, out.data(), 256, &refused);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(status.message().find("header"), std::string::npos) << status.message();
+  status = transport_->recv_with_header(0, 8, header.data(), 0, in.data(), 128, &refused);
+  EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_FALSE(refused.done);
+}
+
 TEST_F(UcxSingleRank, RegisteredMemory) {
   void* buffer = nullptr;
   EXPECT_EQ(transport_->alloc_registered(0, &buffer).code(), ZRT_INVALID_ARGUMENT);

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -99,6 +100,7 @@ struct UcxOp {
   bool is_recv = false;
   size_t bytes = 0;
   uint64_t tag = 0;
+  std::array<ucp_dt_iov_t, 2> parts{};  // a message with a header: UCX reads them until the end
   void* request = nullptr;
   bool has_reason = false;  // completes with `reason` instead of UCX's status (cancellation)
   Status reason;
@@ -175,6 +177,11 @@ class UcxTransport final : public Transport {
               TransportCompletion* completion) override;
   Status recv(int peer, uint64_t tag, void* buffer, size_t bytes,
               TransportCompletion* completion) override;
+  Status send_with_header(int peer, uint64_t tag, const void* header, size_t header_bytes,
+                          const void* buffer, size_t bytes,
+                          TransportCompletion* completion) override;
+  Status recv_with_header(int peer, uint64_t tag, void* header, size_t header_bytes, void* buffer,
+                          size_t bytes, TransportCompletion* completion) override;
   unsigned progress() override;
   bool arm() override;
   int event_fd() const override { return event_fd_; }
@@ -212,6 +219,10 @@ class UcxTransport final : public Transport {
                     TransportCompletion* completion) const;
   UcxOp* begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv,
                   TransportCompletion* completion);
+  Status post_send(int peer, uint64_t tag, const void* header, size_t header_bytes,
+                   const void* buffer, size_t bytes, TransportCompletion* completion);
+  Status post_recv(int peer, uint64_t tag, void* header, size_t header_bytes, void* buffer,
+                   size_t bytes, TransportCompletion* completion);
   void fail_failed_peers_receives();
   bool has_attached_ops() const;  // an outstanding operation still has a completion to write
   bool farewell();
@@ -384,14 +395,64 @@ UcxOp* UcxTransport::begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv
 Status UcxTransport::send(int peer, uint64_t tag, const void* buffer, size_t bytes,
                           TransportCompletion* completion) {
   ZRT_RETURN_IF_ERROR(check_post("send", peer, tag, buffer, bytes, completion));
-  UcxOp* op = begin_op(peer, tag, bytes, /*is_recv=*/false, completion);
+  return post_send(peer, tag, nullptr, 0, buffer, bytes, completion);
+}
+
+Status UcxTransport::send_with_header(int peer, uint64_t tag, const void* header,
+                                      size_t header_bytes, const void* buffer, size_t bytes,
+                                      TransportCompletion* completion) {
+  ZRT_RETURN_IF_ERROR(check_post("send", peer, tag, buffer, bytes, completion));
+  if (header == nullptr || header_bytes == 0) {
+    return Status::invalid_argument("send_with_header: no header (pointer {}, {} bytes)", header,
+                                    header_bytes);
+  }
+  return post_send(peer, tag, header, header_bytes, buffer, bytes, completion);
+}
+
+Status UcxTransport::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
+                          TransportCompletion* completion) {
+  ZRT_RETURN_IF_ERROR(check_post("recv", peer, tag, buffer, bytes, completion));
+  return post_recv(peer, tag, nullptr, 0, buffer, bytes, completion);
+}
+
+Status UcxTransport::recv_with_header(int peer, uint64_t tag, void* header, size_t header_bytes,
+                                      void* buffer, size_t bytes, TransportCompletion* completion) {
+  ZRT_RETURN_IF_ERROR(check_post("recv", peer, tag, buffer, bytes, completion));
+  if (header == nullptr || header_bytes == 0) {
+    return Status::invalid_argument("recv_with_header: no header (pointer {}, {} bytes)", header,
+                                    header_bytes);
+  }
+  return post_recv(peer, tag, header, header_bytes, buffer, bytes, completion);
+}
+
+// The buffer and count UCX is given: the data itself, or with a header UCX's iov datatype over
+// the op's two parts (one when the data is empty).
+const void* describe_parts(UcxOp* op, const void* header, size_t header_bytes, const void* buffer,
+                           size_t bytes, ucp_request_param_t* param, size_t* count) {
+  if (header_bytes == 0) {
+    *count = bytes;
+    return buffer;
+  }
+  op->parts[0] = ucp_dt_iov_t{const_cast<void*>(header), header_bytes};
+  op->parts[1] = ucp_dt_iov_t{const_cast<void*>(buffer), bytes};
+  param->op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+  param->datatype = ucp_dt_make_iov();
+  *count = bytes > 0 ? 2 : 1;
+  return op->parts.data();
+}
+
+Status UcxTransport::post_send(int peer, uint64_t tag, const void* header, size_t header_bytes,
+                               const void* buffer, size_t bytes, TransportCompletion* completion) {
+  UcxOp* op = begin_op(peer, tag, header_bytes + bytes, /*is_recv=*/false, completion);
   if (op == nullptr) return Status::ok();
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = send_callback;
   param.user_data = op;
+  size_t count = 0;
+  const void* data = describe_parts(op, header, header_bytes, buffer, bytes, &param, &count);
   ucs_status_ptr_t request =
-      ucp_tag_send_nbx(endpoints_[peer], buffer, bytes, ucx_tag(rank_, tag), &param);
+      ucp_tag_send_nbx(endpoints_[peer], data, count, ucx_tag(rank_, tag), &param);
   if (UCS_PTR_IS_PTR(request)) {
     op->request = request;
     outstanding_.insert(op);
@@ -401,10 +462,9 @@ Status UcxTransport::send(int peer, uint64_t tag, const void* buffer, size_t byt
   return Status::ok();
 }
 
-Status UcxTransport::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
-                          TransportCompletion* completion) {
-  ZRT_RETURN_IF_ERROR(check_post("recv", peer, tag, buffer, bytes, completion));
-  UcxOp* op = begin_op(peer, tag, bytes, /*is_recv=*/true, completion);
+Status UcxTransport::post_recv(int peer, uint64_t tag, void* header, size_t header_bytes,
+                               void* buffer, size_t bytes, TransportCompletion* completion) {
+  UcxOp* op = begin_op(peer, tag, header_bytes + bytes, /*is_recv=*/true, completion);
   if (op == nullptr) return Status::ok();
   // No immediate completion: UCX 1.13 reports length 0 in recv_info when a receive matches an
   // already-arrived eager message, so always take the callback, which carries the true length.
@@ -413,9 +473,12 @@ Status UcxTransport::recv(int peer, uint64_t tag, void* buffer, size_t bytes,
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = recv_callback;
   param.user_data = op;
+  size_t count = 0;
+  void* data =
+      const_cast<void*>(describe_parts(op, header, header_bytes, buffer, bytes, &param, &count));
   op->posting = true;
   ucs_status_ptr_t request =
-      ucp_tag_recv_nbx(worker_->worker(), buffer, bytes, ucx_tag(peer, tag), ~uint64_t{0}, &param);
+      ucp_tag_recv_nbx(worker_->worker(), data, count, ucx_tag(peer, tag), ~uint64_t{0}, &param);
   op->posting = false;
   if (op->finished) {  // the callback already ran
     release_op(op);
