@@ -39,6 +39,20 @@ SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 COLLS = ["reduce_scatter", "all_gather", "all_reduce"]
 
 
+def sweeps(args):
+    """(first size, last size kept, calls) per sweep. Each starts one size below the sizes it
+    keeps and leaves that one untimed: a sweep's first size pays the run's start whatever its
+    warm-up calls (8 threads settling on 2 cores; zrt's 64 KiB reduce-scatter read 128 us first
+    in its sweep and 90 us after a 16 KiB size, medians of 8 alternated rounds of each, and Open
+    MPI's moved as much). Calls up to 1 MiB are bimodal here (which ranks share a core: 80-90 or
+    130-170 us for the same 64 KiB call), so they run --small-iters times, the larger -n."""
+    return [(SIZES[0] // 4, 1 << 20, args.small_iters), (1 << 20, SIZES[-1], args.iters)]
+
+
+def kept(times, first, last):
+    return {key: us for key, us in times.items() if first < key[1] <= last}
+
+
 def netns(*args, **kwargs):
     return subprocess.run([NETNS] + [str(a) for a in args], check=True, **kwargs)
 
@@ -63,13 +77,21 @@ def host_script(first_rank, count):
 
 
 def zrt_times(args, name, local, hierarchy, port):
-    """{(collective, bytes): time_us} from one zrt-bench sweep on 2 hosts x local ranks."""
+    """{(collective, bytes): time_us} from zrt-bench's sweeps on 2 hosts x local ranks."""
+    times = {}
+    for index, (first, last, calls) in enumerate(sweeps(args)):
+        times.update(kept(zrt_sweep(args, name, local, hierarchy, port + 100 * index, first,
+                                    last, calls), first, last))
+    return times
+
+
+def zrt_sweep(args, name, local, hierarchy, port, first, last, calls):
     processes = []
     for host in range(2):
         env = {"WORLD_SIZE": 2 * local, "LOCAL_WORLD_SIZE": local, "MASTER_ADDR": "10.213.0.1",
                "MASTER_PORT": port, "ZRT_JOB_TOKEN": f"{name}-{hierarchy}",
                "ZRT_HIERARCHY": hierarchy, "ZRT_CHECK": os.environ.get("ZRT_CHECK", "0")}
-        argv = [args.zrt_bench, "-b", SIZES[0], "-e", SIZES[-1], "-f", 4, "-n", args.iters,
+        argv = [args.zrt_bench, "-b", first, "-e", last, "-f", 4, "-n", calls,
                 "-w", args.warmup, "-c", 0, "-a", 1, "--no-progress"] + COLLS
         if host == 0:
             argv += ["--json", "-"]
@@ -101,11 +123,19 @@ def ob1_best(args, name, local, binary):
 
 
 def ob1_times(args, name, local, binary, extra):
+    times = {}
+    for first, last, calls in sweeps(args):
+        times.update(kept(ob1_sweep(args, name, local, binary, extra, first, last, calls),
+                          first, last))
+    return times
+
+
+def ob1_sweep(args, name, local, binary, extra, first, last, calls):
     hosts = f"{name}-h0:{local},{name}-h1:{local}"
     argv = ["mpirun", "--allow-run-as-root", "--host", hosts, "-np", 2 * local] + extra + [
             "--mca", "plm_rsh_agent", AGENT, "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-            binary, SIZES[0], SIZES[-1], args.iters, args.warmup]
+            binary, first, last, calls, args.warmup]
     process = on_host(name, 0, argv)
     out, err = process.communicate(timeout=1800)
     if process.returncode != 0:
@@ -207,7 +237,10 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zrt-bench", required=True)
     parser.add_argument("--local", type=int, default=2, help="ranks per host (default 2)")
-    parser.add_argument("-n", "--iters", type=int, default=20)
+    parser.add_argument("-n", "--iters", type=int, default=20,
+                        help="calls per size above 1 MiB (default 20)")
+    parser.add_argument("--small-iters", type=int, default=200,
+                        help="calls per size up to 1 MiB (default 200)")
     parser.add_argument("-w", "--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of zrt two-level, zrt flat and ob1, alternated; each cell is "
@@ -258,7 +291,8 @@ def main():
             print(f"# UCX {size}: per direction, each round (GB/s): " +
                   " ".join(f"{a / 1e9:.3f}/{b / 1e9:.3f}" for a, b in rounds), flush=True)
         print(f"# 2 hosts x {local} ranks, tcp over veth; measured in {time.time() - started:.0f} s;"
-              f" times in us per call, medians of {args.rounds} rounds of {args.iters} calls;"
+              f" times in us per call, medians of {args.rounds} rounds of {args.small_iters}"
+              f" calls up to 1 MiB, {args.iters} above;"
               f" UCX = tag_bw, {local} streams each way at once, steady state, median of"
               f" {args.ucx_rounds} rounds; load {os.getloadavg()[0]:.2f}")
         print(f"{'collective':<15}{'bytes':>10}{'two-level':>11}{'flat':>11}{'ob1':>11}"
