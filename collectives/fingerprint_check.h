@@ -14,10 +14,11 @@
 //     algorithm copies into its staging anyway;
 //   - two-level collectives (ranks on several hosts): in front of the first message of the
 //     first ring across hosts, a header that the transport gathers with the user's data into one
-//     message (Transport::send_with_header), plus a companion along each host's ranks (below,
-//     local rank l to l + 1); the links checked form a tree over all ranks, and no message
-//     crosses hosts for the check alone. Every block must be below kFingerprintHeaderMaxBytes
-//     and every ring across hosts must move data; otherwise the companion ring below;
+//     message (Transport::send_with_header), and inside each host in READY(0) of the window ring
+//     (with ZRT_WINDOWS=0 a companion from local rank l to l + 1): the links checked reach every
+//     rank, and no message crosses hosts for the check alone. Every block must be below
+//     kFingerprintHeaderMaxBytes and every ring across hosts must move data; otherwise the
+//     companion ring below (two_level_fingerprint.h);
 //   - tagged-message rings, broadcast and reduce chains, recursive doubling, barrier: in one
 //     40-byte message to the right ring neighbour, posted with the first data, on the task's tag
 //     with the order-check bit and task bits 1 (these paths send their data straight from the
