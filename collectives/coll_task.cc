@@ -182,10 +182,35 @@ std::string CollTask::waiting_on() const {
 
 Status CollTask::post_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
                            size_t bytes, PostedOp* op, bool data) {
+  return post_send_parts(context, peer, tag, false, buffer, bytes, op, data);
+}
+
+Status CollTask::post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
+                           PostedOp* op) {
+  return post_recv_parts(context, peer, tag, false, buffer, bytes, op);
+}
+
+Status CollTask::post_data_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
+                                size_t bytes, PostedOp* op, bool with_fingerprint) {
+  return post_send_parts(context, peer, tag, with_fingerprint, buffer, bytes, op, true);
+}
+
+Status CollTask::post_data_recv(TaskContext& context, int peer, uint32_t tag, void* buffer,
+                                size_t bytes, PostedOp* op, bool with_fingerprint) {
+  return post_recv_parts(context, peer, tag, with_fingerprint, buffer, bytes, op);
+}
+
+Status CollTask::post_send_parts(TaskContext& context, int peer, uint32_t tag,
+                                 bool with_fingerprint, const void* buffer, size_t bytes,
+                                 PostedOp* op, bool data) {
   op->completion = TransportCompletion{};
   op->posted = true;
-  Status status = context.transport.send(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
-                                         &op->completion);
+  const uint64_t full_tag = context.tag_base | (tag & 0xffffu);
+  const OrderFingerprint& mine = fingerprint_.mine();
+  Status status = with_fingerprint
+                      ? context.transport.send_with_header(peer, full_tag, &mine, sizeof(mine),
+                                                           buffer, bytes, &op->completion)
+                      : context.transport.send(peer, full_tag, buffer, bytes, &op->completion);
   if (!status.is_ok()) {
     op->posted = false;
     return status.with_context(fmt::format("send of {} bytes to rank {}", bytes, peer));
@@ -194,47 +219,21 @@ Status CollTask::post_send(TaskContext& context, int peer, uint32_t tag, const v
   return Status::ok();
 }
 
-Status CollTask::post_recv(TaskContext& context, int peer, uint32_t tag, void* buffer, size_t bytes,
-                           PostedOp* op) {
+Status CollTask::post_recv_parts(TaskContext& context, int peer, uint32_t tag,
+                                 bool with_fingerprint, void* buffer, size_t bytes, PostedOp* op) {
   op->completion = TransportCompletion{};
   op->posted = true;
-  op->fingerprinted = false;
-  Status status = context.transport.recv(peer, context.tag_base | (tag & 0xffffu), buffer, bytes,
-                                         &op->completion);
-  if (!status.is_ok()) {
-    op->posted = false;
-    return status.with_context(fmt::format("receive of {} bytes from rank {}", bytes, peer));
+  op->fingerprinted = with_fingerprint;
+  const uint64_t full_tag = context.tag_base | (tag & 0xffffu);
+  Status status;
+  if (with_fingerprint) {
+    fingerprint_.expect_header(peer);
+    status = context.transport.recv_with_header(peer, full_tag, fingerprint_.header_slot(),
+                                                sizeof(OrderFingerprint), buffer, bytes,
+                                                &op->completion);
+  } else {
+    status = context.transport.recv(peer, full_tag, buffer, bytes, &op->completion);
   }
-  return Status::ok();
-}
-
-Status CollTask::post_data_send(TaskContext& context, int peer, uint32_t tag, const void* buffer,
-                                size_t bytes, PostedOp* op, bool with_fingerprint) {
-  if (!with_fingerprint) return post_send(context, peer, tag, buffer, bytes, op);
-  op->completion = TransportCompletion{};
-  op->posted = true;
-  const OrderFingerprint& mine = fingerprint_.mine();
-  Status status =
-      context.transport.send_with_header(peer, context.tag_base | (tag & 0xffffu), &mine,
-                                         sizeof(mine), buffer, bytes, &op->completion);
-  if (!status.is_ok()) {
-    op->posted = false;
-    return status.with_context(fmt::format("send of {} bytes to rank {}", bytes, peer));
-  }
-  if (peer != context.rank) bytes_sent_ += bytes;
-  return Status::ok();
-}
-
-Status CollTask::post_data_recv(TaskContext& context, int peer, uint32_t tag, void* buffer,
-                                size_t bytes, PostedOp* op, bool with_fingerprint) {
-  if (!with_fingerprint) return post_recv(context, peer, tag, buffer, bytes, op);
-  op->completion = TransportCompletion{};
-  op->posted = true;
-  op->fingerprinted = true;
-  fingerprint_.expect_header(peer);
-  Status status = context.transport.recv_with_header(
-      peer, context.tag_base | (tag & 0xffffu), fingerprint_.header_slot(),
-      sizeof(OrderFingerprint), buffer, bytes, &op->completion);
   if (!status.is_ok()) {
     op->posted = false;
     op->fingerprinted = false;
@@ -253,7 +252,7 @@ Status CollTask::collect(PostedOp* op, int peer, bool is_send, size_t expected_b
   op->posted = false;
   if (op->fingerprinted) {
     op->fingerprinted = false;
-    ZRT_RETURN_IF_ERROR(fingerprint_.take_header(op->completion, peer));
+    ZRT_RETURN_IF_ERROR(fingerprint_.take_header(op->completion));
     if (op->completion.status.is_ok()) op->completion.bytes -= sizeof(OrderFingerprint);
   }
   if (!op->completion.status.is_ok()) {

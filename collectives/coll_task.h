@@ -215,6 +215,11 @@ class CollTask final : public Task {
   Status run_phases(TaskContext& context, bool* done);
   Status run_fingerprinted(TaskContext& context, bool* done);
   Status mismatch_failure();
+  // post_send / post_recv and their fingerprinted forms (post_data_send / post_data_recv).
+  Status post_send_parts(TaskContext& context, int peer, uint32_t tag, bool with_fingerprint,
+                         const void* buffer, size_t bytes, PostedOp* op, bool data);
+  Status post_recv_parts(TaskContext& context, int peer, uint32_t tag, bool with_fingerprint,
+                         void* buffer, size_t bytes, PostedOp* op);
 };
 
 // Reduces b into a with spec (out = scale_a * a OP scale_b * b); count may be 0. `final`: out

@@ -85,7 +85,7 @@ Status FingerprintCheck::post_companion(TaskContext& context) {
   return Status::ok();
 }
 
-Status FingerprintCheck::take_header(const TransportCompletion& completion, int peer) {
+Status FingerprintCheck::take_header(const TransportCompletion& completion) {
   if (header_peer_ < 0 || header_seen_) return Status::ok();
   // A message longer than the receive (what mismatched counts look like) loses the header:
   // awaiting() stays true and holds that error for the verdict of the peer that saw the calls.
@@ -95,7 +95,7 @@ Status FingerprintCheck::take_header(const TransportCompletion& completion, int 
     return Status::ok();
   }
   header_seen_ = true;
-  return compare(&header_, completion.bytes, peer);
+  return compare(&header_, completion.bytes, header_peer_);
 }
 
 int FingerprintCheck::poll_companion() {

@@ -80,7 +80,7 @@ class FingerprintCheck {
     header_seen_ = false;
   }
   void* header_slot() { return &header_; }
-  Status take_header(const TransportCompletion& completion, int peer);
+  Status take_header(const TransportCompletion& completion);
   // Examines the companion receive once it completed; returns how many operations completed.
   int poll_companion();
   bool companion_posted() const { return companion_; }

@@ -45,10 +45,10 @@ class SubringReduce {
   // then wait for this to be set. begin() sets it.
   void set_own_ready(bool ready) { own_ready_ = ready; }
   bool own_ready() const { return own_ready_; }
-  // Advances as far as completions allow; *moved when anything happened.
   // The next job's first message (unit 0's send to the right, and its receive from the left)
   // carries the task's fingerprint in front of its data (fingerprint_check.h).
   void carry_fingerprint() { fingerprint_first_ = true; }
+  // Advances as far as completions allow; *moved when anything happened.
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
   // Tags a job over these lengths uses.
