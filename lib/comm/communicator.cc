@@ -109,6 +109,9 @@ Status Communicator::start_engine() {
     engine_options.algorithm_table = std::move(table);
   }
   engine_options.hosts = count_hosts(host_ids_);
+  // As Open MPI's oversubscription rule (ranks against cores); a cpuset narrower than the online
+  // CPUs is not seen, and there waits yield late (after busy_poll_us) rather than wrongly.
+  engine_options.core_per_rank = host_processes_ <= sysconf(_SC_NPROCESSORS_ONLN);
   ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
   ZRT_LOG_DEBUG("algorithm plan of {} ranks on {} host(s):\n{}", size_, engine_options.hosts,
                 engine_options.algorithm_plan->describe());
@@ -134,6 +137,7 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
   comm->size_ = bootstrap.size();
   comm->local_rank_ = bootstrap.local_rank();
   comm->local_size_ = bootstrap.local_size();
+  comm->host_processes_ = comm->local_size_;
   comm->options_ = options;
   if (comm->local_size_ < comm->size_) {
     // The world spans hosts: learn which ranks share one, for the two-level collectives.
@@ -223,6 +227,7 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   child->options_ = options;
   std::vector<std::vector<uint8_t>> member_addresses(members.size());
   child->local_size_ = 0;
+  child->host_processes_ = host_processes_;
   for (size_t i = 0; i < members.size(); ++i) {
     const int old = members[i];
     if (old == rank_) child->rank_ = static_cast<int>(i);

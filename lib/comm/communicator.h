@@ -108,6 +108,9 @@ class Communicator {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  // The processes of this job on this host: local_size_ for a communicator made from the
+  // bootstrap, the parent's for a split one (the other ranks still share the cores).
+  int host_processes_ = 1;
   // One identifier per rank, equal on the ranks of one host (a hash of the host name); empty
   // when every rank is on this host. Decides the two-level collectives (start_engine).
   std::vector<uint64_t> host_ids_;

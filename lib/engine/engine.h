@@ -31,9 +31,12 @@ class AlgorithmPlan;   // collectives/algorithm_plan.h; likewise
 // One spin of a busy wait (the processor's pause), and a yield of the core.
 void spin_pause();
 void spin_yield();
-// Inline spins of a few hundred nanoseconds before the first yield (a peer on another core
-// arrives within them), and how often a spin looks at the clock.
-inline constexpr int kInlineSpinsBeforeYield = 64;
+// Inline spins before the first yield where ranks outnumber cores (EngineOptions::core_per_rank
+// false): a few, for a peer on the other core; the peer it waits for may need this one. 4 ranks
+// on 2 cores, 3 runs each, us: the 8-byte all-reduce 2.9-5.5 after 8 spins against 4.7-9.0
+// after 64, a 4 KiB all-gather 3.6-4.0 against 5.5-5.6 (0 spins: within noise of 8). And how
+// often a spin looks at the clock.
+inline constexpr int kInlineSpinsBeforeYield = 8;
 inline constexpr int kInlineSpinsPerClockLook = 16;
 
 // A collective that the submitting thread runs from start to end without a Task: a one-shot
@@ -41,12 +44,16 @@ inline constexpr int kInlineSpinsPerClockLook = 16;
 // task that runs inline would (lib/engine/inline_run.cc); the caller then moves the data,
 // spinning until inline_expired, and ends the claim with end_inline (completed) or
 // hand_off_inline (a task already started, continued by the progress thread).
+// What an inline spin does next, by the stream's clock (InlineCall::yield_from, until).
+enum class InlineSpin { kPause, kYield, kExpired };
+
 struct InlineCall {
   TraceCall trace;  // in: what the flight recorder notes (the engine fills in the stream)
   // Out, from begin_inline until the claim ends.
   std::optional<TaskContext> context;
-  uint64_t start = 0;  // readings of the stream's clock
-  uint64_t until = 0;  // when the caller's spin ends
+  uint64_t start = 0;       // readings of the stream's clock
+  uint64_t until = 0;       // when the caller's spin ends
+  uint64_t yield_from = 0;  // from when its pauses give way to yields of the core
   int64_t start_ns = 0;
   uint64_t trace_ticket = 0;
 };
@@ -75,7 +82,7 @@ class Stream {
   // busy time, as a task would) and hand_off_inline (`task`, whose start() has run, continues on
   // the progress thread; its errors and timeouts are the engine's as for any task).
   virtual bool begin_inline(InlineCall* /*call*/) { return false; }
-  virtual bool inline_expired(const InlineCall& /*call*/) const { return true; }
+  virtual InlineSpin inline_spin(const InlineCall& /*call*/) const { return InlineSpin::kExpired; }
   virtual void end_inline(InlineCall& /*call*/, zrt_coll_kind_t /*kind*/, bool /*internal*/,
                           uint64_t /*bytes_sent*/, uint64_t /*bytes_received*/) {}
   virtual void hand_off_inline(InlineCall& /*call*/, std::unique_ptr<Task> /*task*/) {}
@@ -86,22 +93,23 @@ class Stream {
 };
 
 // Calls `step` (Status(bool* done)) on the claiming thread until it reports done or fails, or
-// the claim's spin ends (stream.inline_expired, looked at every kInlineSpinsPerClockLook calls:
+// the claim's spin ends (stream.inline_spin, looked at every kInlineSpinsPerClockLook calls:
 // read on every call the clock was 12% of an 8-byte all-reduce's samples, perf, all of it
-// between a peer's store and this rank seeing it). A pause between calls, and past
-// kInlineSpinsBeforeYield calls a yield of the core, which a peer sharing it may need to arrive
-// (more ranks than cores).
+// between a peer's store and this rank seeing it). A pause between calls, and from
+// InlineCall::yield_from on, past kInlineSpinsBeforeYield calls, a yield of the core, which a
+// peer sharing it may need to arrive (more ranks than cores).
 template <typename Step>
 Status spin_inline(const Stream& stream, const InlineCall& call, Step&& step, bool* done) {
   *done = false;
+  InlineSpin next = InlineSpin::kPause;
   for (int spin = 0;; ++spin) {
     ZRT_RETURN_IF_ERROR(step(done));
     if (*done) return Status::ok();
-    if (spin % kInlineSpinsPerClockLook == kInlineSpinsPerClockLook - 1 &&
-        stream.inline_expired(call)) {
-      return Status::ok();
+    if (spin % kInlineSpinsPerClockLook == kInlineSpinsPerClockLook - 1) {
+      next = stream.inline_spin(call);
+      if (next == InlineSpin::kExpired) return Status::ok();
     }
-    if (spin < kInlineSpinsBeforeYield) {
+    if (spin < kInlineSpinsBeforeYield || next == InlineSpin::kPause) {
       spin_pause();
     } else {
       spin_yield();
@@ -174,6 +182,13 @@ struct EngineOptions {
   // of microseconds on a loaded host, the whole of a small collective). Idle, it sleeps at once.
   // 0: always sleep at once; at most kMaxBusyPollMicros (else engine creation fails).
   int64_t busy_poll_us = kBusyPollMicros;
+  // Every rank on this host can have a core of its own (no more of them than online CPUs; the
+  // communicator decides). An inline collective's wait (spin_inline) then only pauses for its
+  // first busy_poll_us, where it would yield the core after a few hundred nanoseconds: a peer
+  // on another core arrives within that, and each yield is a system call on the path between
+  // its store and this rank seeing it (0.34-0.40 us an 8-byte all-reduce against 0.24 without,
+  // N = 2, bound). With more ranks than cores the peer may need this core, so it yields early.
+  bool core_per_rank = false;
   // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
   // table alone). Shared and immutable: split communicators may hold the same one.
   std::shared_ptr<const AlgorithmTable> algorithm_table;

@@ -81,7 +81,11 @@ class StreamImpl final : public Stream {
   Status query() override;
   Status wait_event(Event& event) override;
   bool begin_inline(InlineCall* call) override;
-  bool inline_expired(const InlineCall& call) const override { return clock_.read() >= call.until; }
+  InlineSpin inline_spin(const InlineCall& call) const override {
+    const uint64_t now = clock_.read();
+    if (now >= call.until) return InlineSpin::kExpired;
+    return now >= call.yield_from ? InlineSpin::kYield : InlineSpin::kPause;
+  }
   void end_inline(InlineCall& call, zrt_coll_kind_t kind, bool internal, uint64_t bytes_sent,
                   uint64_t bytes_received) override;
   void hand_off_inline(InlineCall& call, std::unique_ptr<Task> task) override;

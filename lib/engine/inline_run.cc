@@ -11,12 +11,13 @@
 // claim ends; behind small collectives only, the submission first waits, asleep, for the
 // stream to be idle (wait_for_idle_locked). The task's start() and progress() then run on this
 // thread for a bounded spin (kInlineSpinFactor x EngineOptions::busy_poll_us, yielding the core
-// between looks); a task still waiting then (a late peer), or failing, goes to the progress
-// thread as it stands (StreamImpl::handed_off_), which continues it without start(): the
-// engine's timeouts, peer verdicts and failure handling then apply as to any task, and a
-// submission never blocks for long, so collectives on several streams submitted in different
-// orders on different ranks cannot deadlock. Either way the collective counts one sequence
-// number of its stream, as a task the progress thread ran would.
+// between looks, from its start where ranks outnumber cores and after busy_poll_us where they
+// do not, EngineOptions::core_per_rank); a task still waiting then (a late peer), or failing,
+// goes to the progress thread as it stands (StreamImpl::handed_off_), which continues it
+// without start(): the engine's timeouts, peer verdicts and failure handling then apply as to
+// any task, and a submission never blocks for long, so collectives on several streams submitted
+// in different orders on different ranks cannot deadlock. Either way the collective counts one
+// sequence number of its stream, as a task the progress thread ran would.
 #include <sched.h>
 
 #include <algorithm>
@@ -32,7 +33,7 @@ namespace {
 
 // Spins of a few hundred nanoseconds before the waiter sleeps: a completion on the progress
 // thread comes within them when the peer is there, and a sleep costs a wake-up.
-constexpr int kSpinsBeforeSleep = kInlineSpinsBeforeYield;
+constexpr int kSpinsBeforeSleep = 64;
 
 }  // namespace
 
@@ -136,6 +137,9 @@ bool EngineImpl::begin_inline(StreamImpl& stream, const Task* task, InlineCall* 
     call->start_ns = stream.clock_.to_ns(call->start);
     call->until =
         call->start + stream.clock_.ticks_in(options_.busy_poll_us * kInlineSpinFactor * 1000);
+    call->yield_from = options_.core_per_rank
+                           ? call->start + stream.clock_.ticks_in(options_.busy_poll_us * 1000)
+                           : call->start;
     call->trace_ticket = recorder_.post(call->trace, call->start_ns);
     sequence = stream.resources_.collective_seq.load(std::memory_order_relaxed);
     break;

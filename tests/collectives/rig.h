@@ -54,6 +54,10 @@ struct Rig {
   // Probes cross-memory reads as a communicator of one host does (EngineOptions::peer_pids), so
   // that the cma all-gather may run.
   bool peer_memory = false;
+  // EngineOptions::core_per_rank: inline waits pause for busy_poll_us before they yield the core
+  // (a communicator decides it from the ranks and cores of the host; the rig's default is the
+  // oversubscribed host's, yielding early).
+  bool core_per_rank = false;
 
   static bool windows_default() {
     const char* value = std::getenv("ZRT_WINDOWS");
@@ -79,6 +83,7 @@ struct Rig {
     engine_options.all_reduce_algorithm = algorithm;
     ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
     engine_options.check_order = check_order;
+    engine_options.core_per_rank = core_per_rank;
     if (peer_memory && engine_options.peer_windows) {
       const PeerGather gather = [this](const void* input, void* output, size_t bytes) {
         return bootstrap->allgather(input, output, bytes);

@@ -1,15 +1,17 @@
 // The progress thread's bounded poll (EngineOptions::busy_poll_us, docs/ARCHITECTURE.md#progress-
 // engine) and the one-shot path's spin on the submitting thread keep the core only while a
 // collective moves: a rank idle between calls, and a rank blocked in a collective whose peer has
-// not come yet, each use under 1% of a core (getrusage
-// over a sleep, not a timing of a collective); and more ranks than this host has cores still
-// finish small collectives exactly.
+// not come yet, each use under 1% of a core (getrusage over a sleep, not a timing of a
+// collective), whether its inline waits yield the core at once or only pause at first
+// (EngineOptions::core_per_rank); and more ranks than this host has cores still finish small
+// collectives exactly, in either mode.
 #include <sys/resource.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -46,14 +48,21 @@ constexpr double kMaxCoreShare = kSanitizerBuild ? 0.03 : 0.01;
 
 // Both small paths: the one-shot collectives through the mapped arenas (the default on one
 // host; their waits poll memory, so the progress thread looks at intervals) and the direct
-// all-reduce through UCX messages.
-class SmallPath : public ::testing::TestWithParam<AllReduceAlgorithm> {};
+// all-reduce through UCX messages; each with inline waits that pause before they yield
+// (core_per_rank) and that yield at once.
+struct SmallPathCase {
+  AllReduceAlgorithm algorithm;
+  bool core_per_rank;
+};
+
+class SmallPath : public ::testing::TestWithParam<SmallPathCase> {};
 
 TEST_P(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
-  const AllReduceAlgorithm algorithm = GetParam();
-  expect_ranks_pass(2, [algorithm](int rank, int size) {
+  const SmallPathCase param = GetParam();
+  expect_ranks_pass(2, [param](int rank, int size) {
     Rig rig;
-    rig.algorithm = algorithm;
+    rig.algorithm = param.algorithm;
+    rig.core_per_rank = param.core_per_rank;
     ASSERT_OK(rig.init(rank, size, "idle_cpu"));
     std::vector<int32_t> in(1024, rank + 1), out(1024);
     for (int i = 0; i < 50; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
@@ -68,10 +77,11 @@ TEST_P(SmallPath, IdleRankUsesUnderOnePercentOfACore) {
 }
 
 TEST_P(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
-  const AllReduceAlgorithm algorithm = GetParam();
-  expect_ranks_pass(2, [algorithm](int rank, int size) {
+  const SmallPathCase param = GetParam();
+  expect_ranks_pass(2, [param](int rank, int size) {
     Rig rig;
-    rig.algorithm = algorithm;
+    rig.algorithm = param.algorithm;
+    rig.core_per_rank = param.core_per_rank;
     ASSERT_OK(rig.init(rank, size, "wait_cpu"));
     std::vector<int32_t> in(1024, rank + 1), out(1024);
     for (int i = 0; i < 10; ++i) ASSERT_OK(rig.run(all_reduce(in.data(), out.data(), in.size())));
@@ -93,17 +103,42 @@ TEST_P(SmallPath, RankWaitingForALatePeerUsesUnderOnePercentOfACore) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, SmallPath,
-                         ::testing::Values(AllReduceAlgorithm::kOneShot,
-                                           AllReduceAlgorithm::kDirect),
+                         ::testing::Values(SmallPathCase{AllReduceAlgorithm::kOneShot, false},
+                                           SmallPathCase{AllReduceAlgorithm::kOneShot, true},
+                                           SmallPathCase{AllReduceAlgorithm::kDirect, false}),
                          [](const auto& info) {
-                           return info.param == AllReduceAlgorithm::kOneShot ? "oneshot" : "direct";
+                           const bool one_shot =
+                               info.param.algorithm == AllReduceAlgorithm::kOneShot;
+                           return std::string(one_shot ? "oneshot" : "direct") +
+                                  (info.param.core_per_rank ? "_core_per_rank" : "");
                          });
+
+// The inline spin's schedule (spin_inline): pauses until InlineCall::yield_from, yields from
+// then on, and ends at InlineCall::until, by the stream's clock.
+TEST(SmallPathSpin, PausesUntilYieldFromThenYieldsUntilItExpires) {
+  expect_ranks_pass(1, [](int rank, int size) {
+    Rig rig;
+    ASSERT_OK(rig.init(rank, size, "spin"));
+    InlineCall call;
+    call.until = UINT64_MAX;
+    call.yield_from = UINT64_MAX;
+    EXPECT_EQ(rig.stream().inline_spin(call), InlineSpin::kPause);
+    call.yield_from = 0;
+    EXPECT_EQ(rig.stream().inline_spin(call), InlineSpin::kYield);
+    call.until = 0;
+    EXPECT_EQ(rig.stream().inline_spin(call), InlineSpin::kExpired);
+  });
+}
 
 // 8 ranks on this host's cores (2 on the development host): the bounded poll yields each turn
 // and sleeps past its bound, so every rank gets the core it needs and results stay exact.
-TEST(SmallPathRanks, MoreRanksThanCoresFinishSmallCollectivesExactly) {
-  expect_ranks_pass(8, [](int rank, int size) {
+class SmallPathRanks : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SmallPathRanks, MoreRanksThanCoresFinishSmallCollectivesExactly) {
+  const bool core_per_rank = GetParam();
+  expect_ranks_pass(8, [core_per_rank](int rank, int size) {
     Rig rig;
+    rig.core_per_rank = core_per_rank;  // true: as a host that misjudged its cores would run
     ASSERT_OK(rig.init(rank, size, "oversubscribed", 60000));
     const size_t count = 1000;  // per rank for the gather and the scatter
     std::vector<int32_t> in(count * size), out(count * size);
@@ -141,6 +176,10 @@ TEST(SmallPathRanks, MoreRanksThanCoresFinishSmallCollectivesExactly) {
     }
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, SmallPathRanks, ::testing::Bool(), [](const auto& info) {
+  return info.param ? "core_per_rank" : "yielding";
+});
 
 }  // namespace
 }  // namespace zrt::testing
