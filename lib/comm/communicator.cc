@@ -11,6 +11,7 @@
 #include "collectives/internal.h"
 #include "collectives/peer_memory.h"
 #include "collectives/two_level_grid.h"
+#include "lib/comm/host_cpus.h"
 #include "lib/core/log.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -109,9 +110,9 @@ Status Communicator::start_engine() {
     engine_options.algorithm_table = std::move(table);
   }
   engine_options.hosts = count_hosts(host_ids_);
-  // As Open MPI's oversubscription rule (ranks against cores); a cpuset narrower than the online
-  // CPUs is not seen, and there waits yield late (after busy_poll_us) rather than wrongly.
-  engine_options.core_per_rank = host_processes_ <= sysconf(_SC_NPROCESSORS_ONLN);
+  // Open MPI's oversubscription rule: the host's ranks against the CPUs they may run on. A CPU
+  // quota (cgroup cpu.max) is not seen; there waits yield late, after busy_poll_us.
+  engine_options.core_per_rank = host_processes_ <= host_cpus_;
   ZRT_RETURN_IF_ERROR(add_algorithm_plan(&engine_options));
   ZRT_LOG_DEBUG("algorithm plan of {} ranks on {} host(s):\n{}", size_, engine_options.hosts,
                 engine_options.algorithm_plan->describe());
@@ -153,6 +154,7 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
       comm->host_names_.emplace_back(record.name, strnlen(record.name, sizeof(record.name)));
     }
   }
+  ZRT_RETURN_IF_ERROR(gather_host_cpus(bootstrap, comm->host_ids_, &comm->host_cpus_));
   if (comm->local_size_ == comm->size_ && comm->size_ > 1 && comm->options_.windows) {
     const PeerGather gather = [&bootstrap](const void* input, void* output, size_t bytes) {
       return bootstrap.allgather(input, output, bytes);
@@ -164,8 +166,9 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
       bootstrap, transport_options(comm->options_, comm->local_size_ < comm->size_),
       &comm->transport_));
   ZRT_RETURN_IF_ERROR(comm->start_engine());
-  ZRT_LOG_INFO("{}: communicator rank {}/{} (local {}/{}) up, timeout {} ms", options.name,
-               comm->rank_, comm->size_, comm->local_rank_, comm->local_size_, options.timeout_ms);
+  ZRT_LOG_INFO("{}: communicator rank {}/{} (local {}/{}, on {} CPUs) up, timeout {} ms",
+               options.name, comm->rank_, comm->size_, comm->local_rank_, comm->local_size_,
+               comm->host_cpus_, options.timeout_ms);
   *communicator = std::move(comm);
   return Status::ok();
 }
@@ -228,6 +231,7 @@ Status Communicator::split(int color, int key, const CommOptions& options,
   std::vector<std::vector<uint8_t>> member_addresses(members.size());
   child->local_size_ = 0;
   child->host_processes_ = host_processes_;
+  child->host_cpus_ = host_cpus_;
   for (size_t i = 0; i < members.size(); ++i) {
     const int old = members[i];
     if (old == rank_) child->rank_ = static_cast<int>(i);

@@ -111,6 +111,8 @@ class Communicator {
   // The processes of this job on this host: local_size_ for a communicator made from the
   // bootstrap, the parent's for a split one (the other ranks still share the cores).
   int host_processes_ = 1;
+  // The CPUs those processes may run on (lib/comm/host_cpus.h): a split one keeps its parent's.
+  int host_cpus_ = 1;
   // One identifier per rank, equal on the ranks of one host (a hash of the host name); empty
   // when every rank is on this host. Decides the two-level collectives (start_engine).
   std::vector<uint64_t> host_ids_;

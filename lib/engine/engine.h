@@ -182,12 +182,13 @@ struct EngineOptions {
   // of microseconds on a loaded host, the whole of a small collective). Idle, it sleeps at once.
   // 0: always sleep at once; at most kMaxBusyPollMicros (else engine creation fails).
   int64_t busy_poll_us = kBusyPollMicros;
-  // Every rank on this host can have a core of its own (no more of them than online CPUs; the
-  // communicator decides). An inline collective's wait (spin_inline) then only pauses for its
-  // first busy_poll_us, where it would yield the core after a few hundred nanoseconds: a peer
-  // on another core arrives within that, and each yield is a system call on the path between
-  // its store and this rank seeing it (0.34-0.40 us an 8-byte all-reduce against 0.24 without,
-  // N = 2, bound). With more ranks than cores the peer may need this core, so it yields early.
+  // Every rank on this host can have a core of its own (no more of them than the CPUs they may
+  // run on; the communicator decides from their CPU masks). An inline collective's wait
+  // (spin_inline) then only pauses for its first busy_poll_us, where it would yield the core after
+  // a few hundred nanoseconds: a peer on another core arrives within that, and each yield is a
+  // system call on the path between its store and this rank seeing it (0.34-0.40 us an 8-byte
+  // all-reduce against 0.24 without, N = 2, bound). With more ranks than cores the peer may need
+  // this core, so it yields early.
   bool core_per_rank = false;
   // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
   // table alone). Shared and immutable: split communicators may hold the same one.

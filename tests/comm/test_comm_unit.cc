@@ -16,6 +16,7 @@
 
 #include "collectives/reduce/reduce_kernels.h"
 #include "lib/comm/communicator.h"
+#include "lib/comm/host_cpus.h"
 #include "zrt/zrt.h"
 
 extern char** environ;
@@ -27,6 +28,24 @@ void expect_invalid(zrt_status_t status, const std::string& needle) {
   EXPECT_EQ(status, ZRT_INVALID_ARGUMENT) << zrt_last_error();
   EXPECT_NE(std::string(zrt_last_error()).find(needle), std::string::npos)
       << "'" << zrt_last_error() << "' does not name '" << needle << "'";
+}
+
+cpu_set_t cpus_of(std::initializer_list<int> cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) CPU_SET(cpu, &set);
+  return set;
+}
+
+// EngineOptions::core_per_rank compares a host's ranks with this count: the union of the masks of
+// the ranks on the same host, so a binding (one CPU each) and a cpuset both count.
+TEST(HostCpus, CountsTheUnionOfTheMasksOfTheRanksOnTheSameHost) {
+  const std::vector<cpu_set_t> masks = {cpus_of({0}), cpus_of({1}), cpus_of({0}), cpus_of({5, 6})};
+  EXPECT_EQ(union_cpu_count(masks, {}, 0), 4);            // one host: {0, 1, 5, 6}
+  EXPECT_EQ(union_cpu_count(masks, {7, 7, 9, 9}, 0), 2);  // host 7: ranks 0 and 1, {0, 1}
+  EXPECT_EQ(union_cpu_count(masks, {7, 7, 9, 9}, 3), 3);  // host 9: ranks 2 and 3, {0, 5, 6}
+  // Two ranks bound to the same CPU share it: one CPU for two ranks, oversubscribed.
+  EXPECT_EQ(union_cpu_count({cpus_of({3}), cpus_of({3})}, {}, 1), 1);
 }
 
 TEST(CommOptions, DefaultsAndEnvironment) {
