@@ -54,8 +54,16 @@ inline constexpr int kMemoryWaitSleepDivisor = 8;
 inline constexpr std::chrono::microseconds kMemoryPathTransportInterval{20};
 // The longest the in-flight bounded poll grows to (EngineImpl::run's poll_bound).
 inline constexpr std::chrono::microseconds kAdaptivePollMax{1000};
-// The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this.
+// The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this, where
+// ranks outnumber cores (a peer on this core runs when the spin yields it).
 inline constexpr int kInlineSpinFactor = 4;
+// The same where every rank has a core of its own (EngineOptions::core_per_rank): 4 ms at the
+// default. Another process on the cores (2 busy loops beside 2 bound ranks) deschedules a peer
+// for a time slice, milliseconds; a spin that gave up after 200 us handed the call to the
+// progress thread, which then waited for a slice of its own, and so did the caller it woke: a
+// 256 KiB all-gather took 30-2,478 us (3 runs) against 36-66 with this spin (Open MPI, which
+// never stops spinning: 28-77). A rank waiting for a late peer still sleeps after it.
+inline constexpr int kInlineSpinFactorCorePerRank = 80;
 // How long a submission waits, asleep, for its stream to complete the next of the small tasks
 // ahead of it (inline_run.cc): EngineOptions::busy_poll_us times this. Queued 8-byte
 // all-reduces complete on the progress thread 27-142 us apart (10th-90th percentile) under

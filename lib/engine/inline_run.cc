@@ -11,8 +11,9 @@
 // claim ends; behind small collectives only, the submission first waits, asleep, for the
 // stream to be idle (wait_for_idle_locked). The task's start() and progress() then run on this
 // thread for a bounded spin (kInlineSpinFactor x EngineOptions::busy_poll_us, yielding the core
-// between looks, from its start where ranks outnumber cores and after busy_poll_us where they
-// do not, EngineOptions::core_per_rank); a task still waiting then (a late peer), or failing,
+// between looks from its start, where ranks outnumber cores; kInlineSpinFactorCorePerRank x
+// busy_poll_us, yielding after the first busy_poll_us, where they do not,
+// EngineOptions::core_per_rank); a task still waiting then (a late peer), or failing,
 // goes to the progress thread as it stands (StreamImpl::handed_off_), which continues it
 // without start(): the engine's timeouts, peer verdicts and failure handling then apply as to
 // any task, and a submission never blocks for long, so collectives on several streams submitted
@@ -135,8 +136,9 @@ bool EngineImpl::begin_inline(StreamImpl& stream, const Task* task, InlineCall* 
     call->trace.stream = stream.index();
     call->start = stream.clock_.read();
     call->start_ns = stream.clock_.to_ns(call->start);
-    call->until =
-        call->start + stream.clock_.ticks_in(options_.busy_poll_us * kInlineSpinFactor * 1000);
+    const int spin_factor =
+        options_.core_per_rank ? kInlineSpinFactorCorePerRank : kInlineSpinFactor;
+    call->until = call->start + stream.clock_.ticks_in(options_.busy_poll_us * spin_factor * 1000);
     call->yield_from = options_.core_per_rank
                            ? call->start + stream.clock_.ticks_in(options_.busy_poll_us * 1000)
                            : call->start;
