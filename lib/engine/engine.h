@@ -31,12 +31,11 @@ class AlgorithmPlan;   // collectives/algorithm_plan.h; likewise
 // One spin of a busy wait (the processor's pause), and a yield of the core.
 void spin_pause();
 void spin_yield();
-// Inline spins before the first yield where ranks outnumber cores (EngineOptions::core_per_rank
-// false): a few, for a peer on the other core; the peer it waits for may need this one. 4 ranks
-// on 2 cores, 3 runs each, us: the 8-byte all-reduce 2.9-5.5 after 8 spins against 4.7-9.0
-// after 64, a 4 KiB all-gather 3.6-4.0 against 5.5-5.6 (0 spins: within noise of 8). And how
-// often a spin looks at the clock.
-inline constexpr int kInlineSpinsBeforeYield = 8;
+// How often an inline spin looks at the clock (spin_inline), which also decides whether it
+// pauses or yields: where ranks outnumber cores it yields from the first look on, after 16
+// spins, the peer it waits for possibly needing this core (4 ranks on 2 cores, 3 runs each, us:
+// the 8-byte all-reduce 2.9-5.5 against 4.7-9.0 when it yielded after 64 spins, a 4 KiB
+// all-gather 3.6-4.0 against 5.5-5.6).
 inline constexpr int kInlineSpinsPerClockLook = 16;
 
 // A collective that the submitting thread runs from start to end without a Task: a one-shot
@@ -95,9 +94,9 @@ class Stream {
 // Calls `step` (Status(bool* done)) on the claiming thread until it reports done or fails, or
 // the claim's spin ends (stream.inline_spin, looked at every kInlineSpinsPerClockLook calls:
 // read on every call the clock was 12% of an 8-byte all-reduce's samples, perf, all of it
-// between a peer's store and this rank seeing it). A pause between calls, and from
-// InlineCall::yield_from on, past kInlineSpinsBeforeYield calls, a yield of the core, which a
-// peer sharing it may need to arrive (more ranks than cores).
+// between a peer's store and this rank seeing it). A pause between calls until a look finds
+// InlineCall::yield_from passed, a yield of the core from then on, which a peer sharing it may
+// need to arrive (more ranks than cores).
 template <typename Step>
 Status spin_inline(const Stream& stream, const InlineCall& call, Step&& step, bool* done) {
   *done = false;
@@ -109,7 +108,7 @@ Status spin_inline(const Stream& stream, const InlineCall& call, Step&& step, bo
       next = stream.inline_spin(call);
       if (next == InlineSpin::kExpired) return Status::ok();
     }
-    if (spin < kInlineSpinsBeforeYield || next == InlineSpin::kPause) {
+    if (next == InlineSpin::kPause) {
       spin_pause();
     } else {
       spin_yield();
