@@ -38,14 +38,14 @@ void spin_yield();
 // all-gather 3.6-4.0 against 5.5-5.6).
 inline constexpr int kInlineSpinsPerClockLook = 16;
 
-// A collective that the submitting thread runs from start to end without a Task: a one-shot
-// collective (collectives/one_shot_lane.h). Stream::begin_inline claims the idle stream as a
-// task that runs inline would (lib/engine/inline_run.cc); the caller then moves the data,
-// spinning until inline_expired, and ends the claim with end_inline (completed) or
-// hand_off_inline (a task already started, continued by the progress thread).
 // What an inline spin does next, by the stream's clock (InlineCall::yield_from, until).
 enum class InlineSpin { kPause, kYield, kExpired };
 
+// A collective that the submitting thread runs from start to end without a Task: a one-shot
+// collective (collectives/one_shot_lane.h). Stream::begin_inline claims the idle stream as a
+// task that runs inline would (lib/engine/inline_run.cc); the caller then moves the data,
+// spinning until Stream::inline_spin says kExpired, and ends the claim with end_inline
+// (completed) or hand_off_inline (a task already started, continued by the progress thread).
 struct InlineCall {
   TraceCall trace;  // in: what the flight recorder notes (the engine fills in the stream)
   // Out, from begin_inline until the claim ends.

@@ -54,9 +54,9 @@ struct Rig {
   // Probes cross-memory reads as a communicator of one host does (EngineOptions::peer_pids), so
   // that the cma all-gather may run.
   bool peer_memory = false;
-  // EngineOptions::core_per_rank: inline waits pause for busy_poll_us before they yield the core
-  // (a communicator decides it from the ranks and cores of the host; the rig's default is the
-  // oversubscribed host's, yielding early).
+  // EngineOptions::core_per_rank: inline waits pause for busy_poll_us before they yield the core,
+  // and spin longer before the hand-off (a communicator decides it from the ranks and CPUs of
+  // the host; the rig's default is the oversubscribed host's, yielding early).
   bool core_per_rank = false;
 
   static bool windows_default() {
