@@ -44,6 +44,20 @@ constexpr size_t kInlineBytes = kHeaderBytes - kInlineOffset;
 constexpr uint64_t kPeerReadMark = uint64_t{1} << 63;
 constexpr size_t kSourceOffset = kInlineOffset;
 static_assert(kInlineOffset % 8 == 0 && kInlineBytes >= 8);
+// Behind a cma deposit's header, on the line a reader fetches with it: the registered allocation
+// the input lies in (id 0: none; the peers read it through the kernel) and the owner's count of
+// freed allocations; then, written only when the slot's allocation changes, the allocation's
+// packed key (its length, then its bytes), which a peer maps once.
+struct SourceLine {
+  uint64_t id;
+  uint64_t frees;
+  uint64_t base;
+  uint64_t length;
+};
+constexpr size_t kSourceLineOffset = kHeaderBytes;
+constexpr size_t kSourceKeyOffset = kSourceLineOffset + sizeof(SourceLine);
+constexpr size_t kSourceKeyMaxBytes = 512;
+static_assert(sizeof(SourceLine) + sizeof(uint64_t) + kSourceKeyMaxBytes <= kOneShotSlotBytes);
 constexpr size_t kLinePair = 128;
 constexpr size_t kSlotStride =
     (kHeaderBytes + kOneShotSlotBytes + kLinePair - 1) / kLinePair * kLinePair;
@@ -217,7 +231,7 @@ Status OneShotPhase::move(TaskContext& context, CollTask& task, bool* done) {
   }
   if (step_ == Step::kCredit) {
     if (!credited(context, task)) return Status::ok();
-    deposit(context, task);
+    ZRT_RETURN_IF_ERROR(deposit(context, task));
     step_ = Step::kWait;
   }
   if (step_ == Step::kWait) {
@@ -269,6 +283,10 @@ Status OneShotPhase::handshake(TaskContext& context, CollTask& task, bool* ready
     arena.ranks.assign(n, nullptr);
     arena.peer_finished.assign(n, 0);
     arena.tiny_values.assign(n, 0);
+    arena.sources.assign(n, {});
+    arena.source_frees.assign(n, 0);
+    arena.slot_source = {};
+    arena.slot_source_frees = {};
     key_sends_.assign(n, PostedOp{});
     key_recvs_.assign(n, PostedOp{});
     for (int peer = 0; peer < n; ++peer) {
@@ -342,7 +360,7 @@ bool OneShotPhase::credited(TaskContext& context, CollTask& task) {
   return true;
 }
 
-void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
+Status OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   OneShotArena& arena = context.resources->one_shot;
   const uint64_t parity = sequence_ & 1;
   char* mine = slot(arena.own, parity);
@@ -360,6 +378,7 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
   } else if (peer_pids_ != nullptr) {
     const uint64_t source = reinterpret_cast<uintptr_t>(input_);
     std::memcpy(mine + kSourceOffset, &source, sizeof(source));
+    ZRT_RETURN_IF_ERROR(describe_source(context, parity));
   } else if (deposit_bytes_ > 0) {
     std::memcpy(mine + data_offset(deposit_bytes_), input_, deposit_bytes_);
   }
@@ -369,6 +388,37 @@ void OneShotPhase::deposit(TaskContext& context, CollTask& task) {
       kind_ == ZRT_COLL_REDUCE_SCATTER ? count_ * spec_.element_size : deposit_bytes_;
   task.add_sent(static_cast<uint64_t>(context.size - 1) * per_peer);
   task.advanced();
+  return Status::ok();
+}
+
+Status OneShotPhase::describe_source(TaskContext& context, uint64_t parity) {
+  OneShotArena& arena = context.resources->one_shot;
+  char* mine = slot(arena.own, parity);
+  const size_t bytes = count_ * spec_.element_size;
+  RegisteredRange range;
+  SourceLine line{};
+  if (context.transport.find_registered(input_, std::max<size_t>(bytes, 1), &range)) {
+    if (arena.slot_source[parity] != range.id || arena.slot_source_frees[parity] != range.frees) {
+      std::vector<uint8_t> key;
+      ZRT_RETURN_IF_ERROR(
+          context.transport.pack_registered_key(reinterpret_cast<const void*>(range.base), &key)
+              .with_context("cma all-gather: describing the input's registered allocation"));
+      if (key.size() > kSourceKeyMaxBytes) {
+        return Status::error(ZRT_INTERNAL_ERROR, "cma all-gather: a memory key of {} bytes",
+                             key.size());
+      }
+      const uint64_t key_bytes = key.size();
+      std::memcpy(mine + kSourceKeyOffset, &key_bytes, sizeof(key_bytes));
+      std::memcpy(mine + kSourceKeyOffset + sizeof(key_bytes), key.data(), key.size());
+      arena.slot_source[parity] = range.id;
+      arena.slot_source_frees[parity] = range.frees;
+    }
+    line = SourceLine{range.id, range.frees, range.base, range.length};
+  } else {
+    line.frees = range.frees;
+  }
+  std::memcpy(mine + kSourceLineOffset, &line, sizeof(line));
+  return Status::ok();
 }
 
 // Advances over the peers that published collective k, checking each one's header. A peer
@@ -499,15 +549,73 @@ Status OneShotPhase::read_peers(TaskContext& context) {
   // From the next rank on, so that N - 1 readers of one input do not all start on it at once.
   for (int step = 1; step < context.size; ++step) {
     const int peer = ring_mod(context.rank + step, context.size);
+    const char* peer_slot = slot(ranks[peer], parity);
     uint64_t source = 0;
-    std::memcpy(&source, slot(ranks[peer], parity) + kSourceOffset, sizeof(source));
-    ZRT_RETURN_IF_ERROR(read_peer_memory((*peer_pids_)[peer], source,
-                                         output_ + static_cast<size_t>(peer) * bytes, bytes, peer)
-                            .with_context(fmt::format("cma all-gather, collective {} of stream {}",
-                                                      sequence_, context.stream_index)));
+    std::memcpy(&source, peer_slot + kSourceOffset, sizeof(source));
+    char* out = output_ + static_cast<size_t>(peer) * bytes;
+    const char* mapped = nullptr;
+    Status status = mapped_source(context, peer, peer_slot, source, bytes, &mapped);
+    if (status.is_ok() && mapped != nullptr) {
+      std::memcpy(out, mapped, bytes);
+    } else if (status.is_ok()) {
+      status = read_peer_memory((*peer_pids_)[peer], source, out, bytes, peer);
+    }
+    ZRT_RETURN_IF_ERROR(status.with_context(fmt::format(
+        "cma all-gather, collective {} of stream {}", sequence_, context.stream_index)));
   }
   char* own = output_ + static_cast<size_t>(context.rank) * bytes;
   if (own != input_) std::memcpy(own, input_, bytes);
+  return Status::ok();
+}
+
+// Where `peer`'s input at `source` is mapped here, or null when it is not in registered memory
+// or the peer's memory cannot be mapped (then the kernel reads it). Mappings of a peer whose
+// count of freed allocations changed are dropped first: one may be of a buffer it freed.
+Status OneShotPhase::mapped_source(TaskContext& context, int peer, const char* peer_slot,
+                                   uint64_t source, size_t bytes, const char** mapped) {
+  OneShotArena& arena = context.resources->one_shot;
+  SourceLine line;
+  std::memcpy(&line, peer_slot + kSourceLineOffset, sizeof(line));
+  std::vector<MappedSource>& sources = arena.sources[peer];
+  if (arena.source_frees[peer] != line.frees) {
+    for (const MappedSource& old : sources) {
+      if (old.local != nullptr) context.transport.unmap_peer_registered(old.local);
+    }
+    sources.clear();
+    arena.source_frees[peer] = line.frees;
+  }
+  *mapped = nullptr;
+  if (line.id == 0) return Status::ok();
+  if (source < line.base || source - line.base > line.length ||
+      bytes > line.length - (source - line.base)) {
+    return Status::error(ZRT_REMOTE_ERROR,
+                         "rank {} described its input ({} bytes at {:#x}) outside its registered "
+                         "allocation ({} bytes at {:#x})",
+                         peer, bytes, source, line.length, line.base);
+  }
+  const uint64_t offset = source - line.base;
+  for (const MappedSource& known : sources) {
+    if (known.id != line.id) continue;
+    if (known.local != nullptr) *mapped = known.local + offset;
+    return Status::ok();
+  }
+  uint64_t key_bytes = 0;
+  std::memcpy(&key_bytes, peer_slot + kSourceKeyOffset, sizeof(key_bytes));
+  if (key_bytes == 0 || key_bytes > kSourceKeyMaxBytes) {
+    return Status::error(ZRT_REMOTE_ERROR, "rank {} described its input with a {}-byte key", peer,
+                         key_bytes);
+  }
+  const char* key_start = peer_slot + kSourceKeyOffset + sizeof(key_bytes);
+  const std::vector<uint8_t> key(key_start, key_start + key_bytes);
+  void* local = nullptr;
+  Status status = context.transport.map_peer_registered(peer, key, line.base, &local);
+  if (status.code() == ZRT_UNSUPPORTED) {
+    sources.push_back(MappedSource{line.id, nullptr, line.length});  // the kernel reads it
+    return Status::ok();
+  }
+  ZRT_RETURN_IF_ERROR(status);
+  sources.push_back(MappedSource{line.id, static_cast<char*>(local), line.length});
+  *mapped = static_cast<char*>(local) + offset;
   return Status::ok();
 }
 

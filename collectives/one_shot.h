@@ -31,8 +31,11 @@
 // memory) deposits no data: the header's last word holds the address of the rank's input, and
 // step 4 copies each peer's block straight out of the peer's process into the output with
 // process_vm_readv (collectives/peer_memory.h): one copy of each block where the slot takes
-// two, and no slot bound on the size. Since the input is the caller's, a rank then waits
-// (step 6) until every peer has finished, that is read it, before its collective completes.
+// two, and no slot bound on the size. An input in registered memory (zrt_mem_alloc's, the
+// transport's find_registered) is read through a mapping of the peer's allocation instead, kept
+// per stream: a plain copy, without the kernel pinning the peer's pages on every call. Since the
+// input is the caller's, a rank then waits (step 6) until every peer has finished, that is read
+// it, before its collective completes.
 //
 // The phase never blocks: each progress call moves what it can. It runs on the progress thread,
 // or, when its stream is idle, on the calling thread (Task::runs_inline, lib/engine/
@@ -102,7 +105,12 @@ class OneShotPhase final : public Phase {
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
   Status move(TaskContext& context, CollTask& task, bool* done);
   bool credited(TaskContext& context, CollTask& task);
-  void deposit(TaskContext& context, CollTask& task);
+  Status deposit(TaskContext& context, CollTask& task);
+  // cma: the registered allocation the input lies in, if any, for the peers to map.
+  Status describe_source(TaskContext& context, uint64_t parity);
+  // cma: where `peer`'s input is mapped here, or null (then the kernel reads it).
+  Status mapped_source(TaskContext& context, int peer, const char* peer_slot, uint64_t source,
+                       size_t bytes, const char** mapped);
   Status published(TaskContext& context, CollTask& task, bool* all);
   Status unpublished(TaskContext& context, CollTask& task, char* arena, uint64_t parity);
   Status check_header(TaskContext& context, CollTask& task, int peer, const char* header) const;

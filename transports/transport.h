@@ -2,7 +2,8 @@
 // moves bytes between the ranks of one communicator; it knows nothing about collectives, streams
 // or partitions. transports/ucx implements it for host memory.
 //
-// Threading: after wire-up, every method except event_fd() is called from one thread only, the
+// Threading: after wire-up, every method except event_fd() and the registered-memory ones
+// (alloc_registered to find_registered, thread-safe) is called from one thread only, the
 // communicator's progress thread. Wire-up (the create function) runs on the creating thread.
 #pragma once
 
@@ -41,6 +42,14 @@ struct TransportOptions {
   // The job's ranks span hosts: messages below 256 KiB go eager rather than by
   // rendezvous, unless UCX_RNDV_THRESH says otherwise (transports/ucx/ucx_worker.cc says why).
   bool spans_hosts = false;
+};
+
+// A registered allocation, as find_registered describes it.
+struct RegisteredRange {
+  uint64_t id = 0;     // unique on this host while the allocation lives (the memfd's inode); not 0
+  uint64_t base = 0;   // the allocation's start in the owner's address space
+  size_t length = 0;   // its length, whole pages
+  uint64_t frees = 0;  // registered allocations the owner has freed so far
 };
 
 class Transport {
@@ -105,12 +114,19 @@ class Transport {
   // map_peer_registered turns a description that `peer` packed, plus the address of its buffer
   // there, into a local address of the same memory. ZRT_UNSUPPORTED when this peer's memory cannot
   // be mapped (another host, another IPC namespace). A mapping lives until
-  // unmap_peer_registered(local) or the transport's destruction; the peer's memory stays valid
-  // while it is mapped, even if the peer exits.
+  // unmap_peer_registered(local), for every map call, or the transport's destruction; the peer's
+  // memory stays valid while it is mapped, even if the peer exits or frees it.
   virtual Status pack_registered_key(const void* buffer, std::vector<uint8_t>* key) = 0;
   virtual Status map_peer_registered(int peer, const std::vector<uint8_t>& key,
                                      uint64_t remote_address, void** local) = 0;
   virtual void unmap_peer_registered(void* local) = 0;
+
+  // Which registered allocation holds [address, address + bytes), if one does, so that a peer
+  // may read it through a mapping rather than through the kernel (the cma all-gather,
+  // collectives/one_shot.h). Sets range->frees whether or not it finds one: a peer that saw
+  // another count drops its mappings of this rank's memory, since they may be of freed buffers.
+  // Thread-safe, like alloc_registered, free_registered and the mapping calls above.
+  virtual bool find_registered(const void* address, size_t bytes, RegisteredRange* range) = 0;
 
   // Human-readable description of what the transport uses (e.g. UCX's chosen transports).
   virtual std::string describe() const = 0;

@@ -17,8 +17,13 @@ rule (--zrt-bind on|off overrides). Unbound, two ranks' threads share one core i
 the runs here, and a 4 KiB call then takes ~10 us instead of ~1.3 us (mpirun --report-bindings
 shows MPI's).
 
+With --registered, zrt-bench's buffers come from zrt_mem_alloc (its -R 1, as nccl-tests' -R
+registers buffers): peers on the host read an all-gather's input through a mapping instead of a
+kernel copy. Open MPI's buffers stay ordinary memory.
+
   bench/peers/compare.py --build build            # zrt-run, zrt-bench, mpi_bench from there
   bench/peers/compare.py --build build --ranks 2 --rounds 5 -b 4K -e 4M
+  bench/peers/compare.py --build build --registered
 """
 import argparse
 import os
@@ -69,8 +74,9 @@ def command(config, args, n, sweep):
         bind = ["--bind"] if zrt_binds(args, n) else []
         # As release builds run (the order checker is on by default in debug builds: a
         # fingerprint exchange before each collective, bench/multihost/compare.py).
+        registered = ["-R", "1"] if args.registered else []
         return [args.zrt_run, "-n", str(n), "--no-prefix"] + bind + [
-            args.zrt_bench, "-c", "0", "--no-progress"] + sweep, {
+            args.zrt_bench, "-c", "0", "--no-progress"] + registered + sweep, {
                 "ZRT_CHECK": os.environ.get("ZRT_CHECK", "0")}
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(n)]
     env = {}
@@ -134,6 +140,8 @@ def main():
                         "were 60 us, within one scheduler tick)")
     parser.add_argument("--zrt-bind", choices=["auto", "on", "off"], default="auto",
                         help="zrt-run --bind: auto (when N <= cores, as mpirun binds), on, off")
+    parser.add_argument("--registered", action="store_true",
+                        help="zrt-bench -R 1: zrt's buffers from zrt_mem_alloc")
     args = parser.parse_args()
     args.zrt_run = args.zrt_run or os.path.join(args.build, "tools/zrt-run/zrt-run")
     args.zrt_bench = args.zrt_bench or os.path.join(args.build, "tools/zrt-bench/zrt-bench")
@@ -175,6 +183,8 @@ def main():
     bound = [str(n) for n in ranks if zrt_binds(args, n)]
     print(f"# zrt-run --bind at N = {', '.join(bound) if bound else 'none'} (mpirun binds to "
           f"cores when the ranks fit them)")
+    if args.registered:
+        print("# zrt's buffers from zrt_mem_alloc (zrt-bench -R 1); Open MPI's ordinary memory")
     print("| op | N | size | zrt busbw | MPI busbw | out of place | zrt busbw in place | "
           "MPI in place | in place |")
     print("|---|---|---|---|---|---|---|---|---|")

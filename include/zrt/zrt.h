@@ -267,6 +267,31 @@ ZRT_API zrt_status_t zrt_comm_abort(zrt_comm_t comm);
 ZRT_API zrt_status_t zrt_comm_get_error(zrt_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------
+ * Registered memory
+ *
+ * Host buffers that the communicator's peers on this host can map (shared memory zrt allocates,
+ * as it does its own arenas). Collectives take them like any host buffer; an all-gather whose
+ * sendbuf lies in one is read by the peers through their mapping of it, a plain copy, instead
+ * of a kernel copy that pins the pages on every call (docs/ARCHITECTURE.md, "The cma
+ * all-gather"; README has the figures).
+ * ------------------------------------------------------------------------------------------- */
+
+/* Allocates `bytes` of registered host memory, page-aligned, zeroed and already touched, in
+ * *buffer. Admitted against the machine's memory before anything is allocated. Valid until
+ * zrt_mem_free, or zrt_comm_destroy, which frees what is left. Local; thread-safe. Errors:
+ * ZRT_INVALID_ARGUMENT (bytes is 0), ZRT_OUT_OF_MEMORY, ZRT_SYSTEM_ERROR. */
+ZRT_API zrt_status_t zrt_mem_alloc(zrt_comm_t comm, size_t bytes, void** buffer);
+
+/* Frees a buffer of zrt_mem_alloc on the same comm; NULL is accepted. No enqueued work may still
+ * use it. A peer that mapped it keeps its pages alive until its next all-gather on that stream,
+ * or that stream's end. Local; thread-safe. Errors: ZRT_INVALID_ARGUMENT (not a live buffer of
+ * zrt_mem_alloc on comm). */
+ZRT_API zrt_status_t zrt_mem_free(zrt_comm_t comm, void* buffer);
+
+/* The bytes comm's live zrt_mem_alloc buffers hold, in whole pages. Local; thread-safe. */
+ZRT_API zrt_status_t zrt_mem_held(zrt_comm_t comm, size_t* bytes);
+
+/* ---------------------------------------------------------------------------------------------
  * Streams and events
  *
  * A stream is an ordered queue of asynchronous work on one communicator (NULL = its default

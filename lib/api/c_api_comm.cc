@@ -300,6 +300,30 @@ zrt_status_t zrt_op_destroy(zrt_comm_t comm, zrt_op_t op) {
   });
 }
 
+zrt_status_t zrt_mem_alloc(zrt_comm_t comm, size_t bytes, void** buffer) {
+  ZRT_API_BODY("zrt_mem_alloc", {
+    ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
+    ZRT_RETURN_IF_ERROR(check_not_null(buffer, "buffer"));
+    return comm->impl->user_memory().alloc(bytes, buffer);
+  });
+}
+
+zrt_status_t zrt_mem_free(zrt_comm_t comm, void* buffer) {
+  ZRT_API_BODY("zrt_mem_free", {
+    ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
+    return comm->impl->user_memory().free(buffer);
+  });
+}
+
+zrt_status_t zrt_mem_held(zrt_comm_t comm, size_t* bytes) {
+  ZRT_API_BODY("zrt_mem_held", {
+    ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));
+    ZRT_RETURN_IF_ERROR(check_not_null(bytes, "bytes"));
+    *bytes = comm->impl->user_memory().held();
+    return Status::ok();
+  });
+}
+
 zrt_status_t zrt_comm_stats(zrt_comm_t comm, zrt_comm_stats_t* stats) {
   ZRT_API_BODY("zrt_comm_stats", {
     ZRT_RETURN_IF_ERROR(check_comm(comm, "comm"));

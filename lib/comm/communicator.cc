@@ -93,6 +93,7 @@ int Communicator::two_level_hosts() const {
 }
 
 Status Communicator::start_engine() {
+  user_memory_ = std::make_unique<UserMemory>(*transport_);
   EngineOptions engine_options;
   engine_options.rank = rank_;
   engine_options.size = size_;
@@ -286,6 +287,7 @@ Status Communicator::gather_internal(const void* input, void* output, size_t byt
 // farewell and close. After a failure only the local steps run; each is bounded by the timeout.
 Status Communicator::destroy() {
   if (engine_ == nullptr) {
+    user_memory_.reset();
     transport_.reset();
     return Status::ok();
   }
@@ -303,6 +305,7 @@ Status Communicator::destroy() {
   keep_first(engine_->shutdown());
   default_stream_ = nullptr;
   engine_.reset();
+  user_memory_.reset();
   transport_.reset();
   return first;
 }

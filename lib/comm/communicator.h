@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/comm/user_memory.h"
 #include "lib/core/settings.h"
 #include "lib/core/status.h"
 #include "lib/engine/device.h"
@@ -53,6 +54,8 @@ class Communicator {
   ProgressEngine& engine() { return *engine_; }
   Transport& transport() { return *transport_; }
   Stream& default_stream() { return *default_stream_; }
+  // The caller's registered buffers (zrt_mem_alloc), freed with the communicator.
+  UserMemory& user_memory() { return *user_memory_; }
 
   // One of zrt's own blocking exchanges on the default stream (run_internal_collective,
   // collectives/internal.h): counted apart from the caller's traffic, waited for, errors
@@ -123,6 +126,7 @@ class Communicator {
   std::vector<int> peer_pids_;
   CommOptions options_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<UserMemory> user_memory_;  // over transport_, freed before it
   std::unique_ptr<ProgressEngine> engine_;
   Stream* default_stream_ = nullptr;
 

@@ -442,6 +442,10 @@ void EngineImpl::release_resources(StreamImpl& stream) {
     if (mapped != nullptr && mapped != arena.own) transport_.unmap_peer_registered(mapped);
   }
   arena.ranks.clear();
+  for (const std::vector<MappedSource>& sources : arena.sources) {
+    for (const MappedSource& source : sources) transport_.unmap_peer_registered(source.local);
+  }
+  arena.sources.clear();
   arena.ready = false;
   if (arena.own != nullptr) {
     transport_.free_registered(arena.own);

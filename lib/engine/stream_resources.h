@@ -52,6 +52,13 @@ inline constexpr size_t kWindowKeyMaxBytes = 1024;
 inline constexpr size_t kOneShotSlotBytes = size_t{1} << 20;
 inline constexpr int kOneShotStreams = 4;
 
+// A peer's registered allocation mapped here (Transport::map_peer_registered).
+struct MappedSource {
+  uint64_t id = 0;  // RegisteredRange::id
+  char* local = nullptr;
+  size_t length = 0;
+};
+
 struct OneShotArena {
   char* own = nullptr;  // this rank's, from transport.alloc_registered (stream's first one-shot)
   size_t bytes = 0;
@@ -67,6 +74,16 @@ struct OneShotArena {
   // Per rank, the current tiny deposit (at most 8 bytes, collectives/one_shot.cc), copied out
   // of its 16-byte pair.
   std::vector<uint64_t> tiny_values;
+  // The cma all-gather's reads through mappings (collectives/one_shot.h): per rank, its
+  // registered allocations that inputs came from, mapped here, and its count of freed ones when
+  // they were mapped (another count unmaps them all: one may be freed).
+  std::vector<std::vector<MappedSource>> sources;
+  std::vector<uint64_t> source_frees;
+  // Per parity, the allocation whose key this rank's slot holds, and this rank's count of freed
+  // allocations when it was written: the key is written again when either changes (an id may
+  // come back once its allocation is freed).
+  std::array<uint64_t, 2> slot_source{};
+  std::array<uint64_t, 2> slot_source_frees{};
 };
 
 // A send to one's own rank, waiting for the matching receive later on the same stream.

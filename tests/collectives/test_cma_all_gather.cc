@@ -8,7 +8,9 @@
 //     a rank must not complete before its peers have read it, or they read the next call's data;
 //   - one rank by cma and another by the slot one-shot for the same collective: an error on both
 //     that says so, not a hang or mixed data;
-//   - a peer that never calls or dies: every survivor's error within the timeout.
+//   - a peer that never calls or dies: every survivor's error within the timeout;
+//   - an input in registered memory: read through a mapping of the owner's allocation, which a
+//     reader drops once the owner has freed an allocation.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,6 +170,87 @@ TEST(CmaAllGather, AModeMismatchAcrossRanksIsAnErrorOnBoth) {
     EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
     EXPECT_NE(status.message().find("by cma"), std::string::npos) << status.message();
   });
+}
+
+// Whether this process maps a file whose inode is `inode` (a peer's memfd, once mapped here).
+bool maps_inode(uint64_t inode) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range, permissions, offset, device;
+    uint64_t node = 0;
+    if (fields >> range >> permissions >> offset >> device >> node && node == inode) return true;
+  }
+  return false;
+}
+
+// Gathers `bytes` from `input` into `out` for call `call` and checks every block.
+void gather_registered(Rig& rig, char* input, char* out, size_t bytes, int call) {
+  std::vector<char> block(bytes);
+  fill(block, rig.rank, call);
+  std::memcpy(input, block.data(), bytes);
+  ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_GATHER, input, out, bytes, ZRT_I8)));
+  for (int r = 0; r < rig.size; ++r) {
+    fill(block, r, call);
+    ASSERT_EQ(std::memcmp(out + static_cast<size_t>(r) * bytes, block.data(), bytes), 0)
+        << "call " << call << ": block " << r;
+  }
+}
+
+// An input in registered memory (zrt_mem_alloc's) is read through a mapping of the owner's
+// allocation: the reader's /proc/self/maps shows it, which a kernel copy would not, and every
+// block is exact, out of place and in place. Once the owner frees that allocation, the reader
+// drops its mapping at their next gather, so the freed pages do not live on here.
+TEST(CmaAllGather, RegisteredInputsAreReadThroughMappingsDroppedOnceTheOwnerFreesThem) {
+  for (int size : {2, 3}) {
+    expect_ranks_pass(size, [](int rank, int size) {
+      Rig rig;
+      ASSERT_OK(init_cma(rig, rank, size, "cma_mapped"));
+      if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
+      constexpr size_t kBytes = 100003;
+      const size_t total = kBytes * static_cast<size_t>(size);
+      void* first = nullptr;
+      void* whole = nullptr;
+      ASSERT_OK(rig.transport->alloc_registered(kBytes, &first));
+      ASSERT_OK(rig.transport->alloc_registered(total, &whole));
+      std::vector<char> out(total);
+      int call = 0;
+      for (; call < 3; ++call) {
+        gather_registered(rig, static_cast<char*>(first), out.data(), kBytes, call);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      char* own_block = static_cast<char*>(whole) + static_cast<size_t>(rank) * kBytes;
+      gather_registered(rig, own_block, static_cast<char*>(whole), kBytes, call++);
+      if (::testing::Test::HasFatalFailure()) return;
+
+      RegisteredRange range;
+      ASSERT_TRUE(rig.transport->find_registered(first, kBytes, &range));
+      std::vector<uint64_t> ids(static_cast<size_t>(size));
+      ASSERT_OK(rig.bootstrap->allgather(&range.id, ids.data(), sizeof(uint64_t)));
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer != rank) {
+          EXPECT_TRUE(maps_inode(ids[peer])) << "rank " << peer << "'s input";
+        }
+      }
+
+      rig.transport->free_registered(first);
+      void* second = nullptr;
+      ASSERT_OK(rig.transport->alloc_registered(kBytes, &second));
+      for (int again = 0; again < 2; ++again, ++call) {
+        gather_registered(rig, static_cast<char*>(second), out.data(), kBytes, call);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer != rank) {
+          EXPECT_FALSE(maps_inode(ids[peer])) << "rank " << peer << "'s freed allocation";
+        }
+      }
+      ASSERT_OK(rig.bootstrap->barrier());
+      rig.transport->free_registered(second);
+      rig.transport->free_registered(whole);
+    });
+  }
 }
 
 // A late or dead peer (tests/collectives/late_peer.h) during a cma all-gather.

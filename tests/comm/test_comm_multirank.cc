@@ -174,6 +174,75 @@ TEST(CommOps, PremulOpsStatsAbort) {
   });
 }
 
+// zrt_mem_alloc's buffers: zeroed, counted, gathered exactly as collective buffers (at N = 2 the
+// peers read them through mappings, at N = 3 through the one-shot slots), and a free of anything
+// but a live buffer of this communicator refused by name. One buffer is left to
+// zrt_comm_destroy, which frees it (AddressSanitizer would see a leak otherwise).
+TEST(CommMemory, RegisteredBuffersGatherExactlyAndForeignFreesAreRefused) {
+  for (int n : {2, 3}) {
+    expect_ranks_pass(n, [](int rank, int size) {
+      FileOob oob(run_dir(), "memory", rank, size);
+      zrt_comm_t comm = nullptr;
+      ASSERT_OK(zrt_comm_init_oob(&oob.oob(), nullptr, &comm));
+      void* buffer = nullptr;
+      EXPECT_EQ(zrt_mem_alloc(comm, 0, &buffer), ZRT_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(zrt_last_error()).find("bytes"), std::string::npos);
+      EXPECT_EQ(zrt_mem_alloc(comm, 64, nullptr), ZRT_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(zrt_last_error()).find("buffer"), std::string::npos);
+
+      const size_t bytes = (64 << 10) + 12;  // not whole pages
+      void* send = nullptr;
+      void* recv = nullptr;
+      ASSERT_OK(zrt_mem_alloc(comm, bytes, &send));
+      ASSERT_OK(zrt_mem_alloc(comm, bytes * static_cast<size_t>(size), &recv));
+      size_t held = 0;
+      ASSERT_OK(zrt_mem_held(comm, &held));
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      auto pages = [page](size_t b) { return (b + page - 1) / page * page; };
+      EXPECT_EQ(held, pages(bytes) + pages(bytes * static_cast<size_t>(size)));
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(send) % page, 0u);
+      auto* in = static_cast<unsigned char*>(send);
+      auto* out = static_cast<unsigned char*>(recv);
+      size_t nonzero = 0;
+      for (size_t i = 0; i < bytes; ++i) nonzero += in[i] != 0;
+      EXPECT_EQ(nonzero, 0u) << "zrt_mem_alloc's memory is zeroed";
+
+      auto value = [](int r, int call, size_t i) {
+        return static_cast<unsigned char>((i * 7 + static_cast<size_t>(r) * 31 + call) & 0xff);
+      };
+      zrt_stream_t stream = nullptr;
+      ASSERT_OK(zrt_stream_create(comm, ZRT_MEM_HOST, &stream));
+      for (int call = 0; call < 4; ++call) {
+        const bool in_place = call % 2 == 1;
+        unsigned char* source = in_place ? out + static_cast<size_t>(rank) * bytes : in;
+        for (size_t i = 0; i < bytes; ++i) source[i] = value(rank, call, i);
+        ASSERT_OK(zrt_all_gather(comm, source, out, bytes, ZRT_U8, stream));
+        ASSERT_OK(zrt_stream_synchronize(stream));
+        for (int r = 0; r < size; ++r) {
+          size_t wrong = 0;
+          for (size_t i = 0; i < bytes; ++i) {
+            wrong += out[static_cast<size_t>(r) * bytes + i] != value(r, call, i);
+          }
+          ASSERT_EQ(wrong, 0u) << "call " << call << " block " << r << " N=" << size;
+        }
+      }
+      ASSERT_OK(zrt_stream_destroy(stream));
+
+      int local = 0;
+      EXPECT_EQ(zrt_mem_free(comm, &local), ZRT_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(zrt_last_error()).find("zrt_mem_alloc"), std::string::npos);
+      EXPECT_EQ(zrt_mem_free(comm, in + page), ZRT_INVALID_ARGUMENT);  // inside, not the start
+      EXPECT_OK(zrt_mem_free(comm, nullptr));
+      EXPECT_OK(zrt_mem_free(comm, send));
+      EXPECT_EQ(zrt_mem_free(comm, send), ZRT_INVALID_ARGUMENT);  // twice
+      ASSERT_OK(zrt_mem_held(comm, &held));
+      EXPECT_EQ(held, pages(bytes * static_cast<size_t>(size)));
+      barrier(comm);
+      EXPECT_OK(zrt_comm_destroy(comm));  // frees `recv`
+    });
+  }
+}
+
 // The stats layout (size first, the per-kind array last): older callers rely on these offsets.
 static_assert(offsetof(zrt_comm_stats_t, size) == 0);
 static_assert(offsetof(zrt_comm_stats_t, user) == 8);

@@ -210,6 +210,11 @@ TEST(CommApi, NullHandlesAndPointers) {
   stats.size = sizeof(stats);
   expect_invalid(zrt_comm_stats(nullptr, &stats), "comm");
   expect_invalid(zrt_comm_stats_reset(nullptr), "comm");
+  void* buffer = nullptr;
+  size_t held = 0;
+  expect_invalid(zrt_mem_alloc(nullptr, 64, &buffer), "comm");
+  expect_invalid(zrt_mem_free(nullptr, &held), "comm");
+  expect_invalid(zrt_mem_held(nullptr, &held), "comm");
   EXPECT_EQ(zrt_comm_destroy(nullptr), ZRT_SUCCESS);
   expect_invalid(zrt_comm_init_env(nullptr, nullptr), "comm");
   expect_invalid(zrt_comm_init_oob(nullptr, nullptr, &out), "oob");

@@ -250,6 +250,11 @@ Status parse_bench_options(int argc, const char* const* argv, BenchOptions* opti
                  "time reported: 0 rank 0, 1 mean over ranks, 2 min, 3 max (default 1)")
       ->check(CLI::Range(0, 3));
   app.add_option("-m,--memory", mem, "memory kind of the buffers: host or cuda (default host)");
+  int registered = 0;
+  app.add_option("-R,--registered", registered,
+                 "host buffers from zrt_mem_alloc, which peers on the host map: 0 or 1 "
+                 "(default 0)")
+      ->check(CLI::Range(0, 1));
   app.add_option("--json", options->json_path,
                  "write every row, the settings and the topology as JSON to FILE (- = stdout, "
                  "instead of the table; everything else written there, UCX's log included, "
@@ -323,6 +328,10 @@ Status parse_bench_options(int argc, const char* const* argv, BenchOptions* opti
     options->mem_kind = ZRT_MEM_CUDA;
   } else {
     return Status::invalid_argument("-m: unknown memory kind '{}' (choose host or cuda)", mem);
+  }
+  options->registered = registered == 1;
+  if (options->registered && options->mem_kind != ZRT_MEM_HOST) {
+    return Status::invalid_argument("-R 1: registered buffers are host memory; use -m host");
   }
   return Status::ok();
 }

@@ -48,7 +48,8 @@ struct BenchOptions {
   bool blocking = false;  // synchronize after every call (nccl-tests -z)
   Average average = Average::kMean;
   zrt_mem_kind_t mem_kind = ZRT_MEM_HOST;
-  std::string json_path;  // "" none, "-" stdout (instead of the table)
+  bool registered = false;  // buffers from zrt_mem_alloc (nccl-tests -R)
+  std::string json_path;    // "" none, "-" stdout (instead of the table)
   std::string plot_path;
   bool progress = true;
 };

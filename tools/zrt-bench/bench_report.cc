@@ -9,6 +9,15 @@
 #include "tools/common/units.h"
 
 namespace zrt::bench {
+namespace {
+
+// The header's and the JSON's name of the buffers' memory.
+const char* memory_name(const BenchOptions& options) {
+  if (options.mem_kind == ZRT_MEM_CUDA) return "cuda";
+  return options.registered ? "host-registered" : "host";
+}
+
+}  // namespace
 
 CollShape coll_shape(Coll coll, uint64_t requested_bytes, zrt_dtype_t dtype, int ranks) {
   const uint64_t type_bytes = dtype_bytes(dtype);
@@ -56,9 +65,9 @@ std::string format_settings(const BenchOptions& options, const RunInfo& info) {
   std::string out = fmt::format(
       "# zrt-bench  ranks {} ({} hosts, {} local)  memory {}  minBytes {} maxBytes {} step: {} "
       "warmup iters: {} iters: {} validation: {} blocking: {} average: {}\n#\n",
-      info.ranks, info.hosts, info.local_ranks, options.mem_kind == ZRT_MEM_CUDA ? "cuda" : "host",
-      options.min_bytes, options.max_bytes, step, options.warmup, options.iters,
-      options.check ? 1 : 0, options.blocking ? 1 : 0, static_cast<int>(options.average));
+      info.ranks, info.hosts, info.local_ranks, memory_name(options), options.min_bytes,
+      options.max_bytes, step, options.warmup, options.iters, options.check ? 1 : 0,
+      options.blocking ? 1 : 0, static_cast<int>(options.average));
   out += "# Using ranks\n";
   for (const std::string& line : info.rank_lines) out += "#  " + line + "\n";
   out += "#\n";
@@ -146,7 +155,7 @@ nlohmann::json rows_to_json(const BenchOptions& options, const RunInfo& info,
   settings["root"] = options.root;
   settings["blocking"] = options.blocking;
   settings["average"] = static_cast<int>(options.average);
-  settings["memory"] = options.mem_kind == ZRT_MEM_CUDA ? "cuda" : "host";
+  settings["memory"] = memory_name(options);
   j["settings"] = settings;
   j["topology"] = {{"ranks", info.ranks},          {"local_ranks", info.local_ranks},
                    {"hosts", info.hosts},          {"hostname", info.hostname},

@@ -54,18 +54,26 @@ class Buffer {
 #if defined(ZRT_HAVE_CUDA)
     if (kind_ == ZRT_MEM_CUDA && data_ != nullptr) cudaFree(data_);
 #endif
-    if (kind_ == ZRT_MEM_HOST) std::free(data_);
+    // A registered buffer is the communicator's, freed with it (zrt_comm_destroy).
+    if (kind_ == ZRT_MEM_HOST && !registered_) std::free(data_);
     std::free(staging_);
   }
 
-  Status allocate(zrt_mem_kind_t kind, size_t bytes, const char* name) {
+  // `registered` (host only): from zrt_mem_alloc on `comm`, as nccl-tests' -R registers.
+  Status allocate(zrt_mem_kind_t kind, size_t bytes, const char* name, zrt_comm_t comm = nullptr,
+                  bool registered = false) {
     kind_ = kind;
     bytes_ = bytes;
+    registered_ = registered;
     if (posix_memalign(&staging_, 4096, bytes) != 0) {
       return Status::error(ZRT_OUT_OF_MEMORY, "cannot allocate {} bytes of host memory for {}",
                            bytes, name);
     }
     std::memset(staging_, 0, bytes);
+    if (kind == ZRT_MEM_HOST && registered) {
+      ZRT_BENCH_CALL(zrt_mem_alloc(comm, std::max<size_t>(bytes, 1), &data_));
+      return Status::ok();  // zeroed and touched by zrt
+    }
     if (kind == ZRT_MEM_HOST) {
       if (posix_memalign(&data_, 4096, bytes) != 0) {
         return Status::error(ZRT_OUT_OF_MEMORY, "cannot allocate {} bytes of host memory for {}",
@@ -138,6 +146,7 @@ class Buffer {
   size_t bytes_ = 0;
   void* data_ = nullptr;
   void* staging_ = nullptr;
+  bool registered_ = false;
 };
 
 struct RankIdentity {
@@ -244,8 +253,10 @@ Status Runner::setup(RunInfo* info) {
       largest = std::max(largest, coll_shape(coll, options_.max_bytes, dtype, size_).bytes);
     }
   }
-  ZRT_RETURN_IF_ERROR(send_.allocate(options_.mem_kind, largest, "the send buffer"));
-  ZRT_RETURN_IF_ERROR(recv_.allocate(options_.mem_kind, largest, "the receive buffer"));
+  ZRT_RETURN_IF_ERROR(
+      send_.allocate(options_.mem_kind, largest, "the send buffer", comm_, options_.registered));
+  ZRT_RETURN_IF_ERROR(
+      recv_.allocate(options_.mem_kind, largest, "the receive buffer", comm_, options_.registered));
   return Status::ok();
 }
 

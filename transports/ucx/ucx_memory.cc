@@ -88,7 +88,7 @@ Status UcxMemory::alloc(size_t bytes, void** buffer) {
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    mapped_[address] = segment;
+    mapped_[static_cast<const char*>(address)] = segment;
   }
   *buffer = address;
   return Status::ok();
@@ -105,13 +105,14 @@ void UcxMemory::free(void* buffer) {
   Segment segment;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = mapped_.find(buffer);
+    auto it = mapped_.find(static_cast<const char*>(buffer));
     if (it == mapped_.end()) {
       ZRT_LOG_ERROR("free_registered: {} was not allocated by this transport", buffer);
       return;
     }
     segment = it->second;
     mapped_.erase(it);
+    ++frees_;
   }
   release(buffer, segment);
 }
@@ -121,7 +122,7 @@ Status UcxMemory::pack_key(const void* buffer, std::vector<uint8_t>* key) {
   PackedKey packed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = mapped_.find(const_cast<void*>(buffer));
+    auto it = mapped_.find(static_cast<const char*>(buffer));
     if (it == mapped_.end()) {
       return Status::invalid_argument(
           "pack_registered_key: buffer {} is not the start of a registered allocation", buffer);
@@ -209,15 +210,34 @@ Status UcxMemory::map_peer(const std::vector<uint8_t>& key, uint64_t remote_addr
 void UcxMemory::unmap_peer(void* local) {
   if (local == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [id, segment] : peers_) {
+  for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+    PeerSegment& segment = it->second;
     char* address = static_cast<char*>(local);
     if (address >= segment.base && address < segment.base + segment.length) {
-      // Kept mapped (the next collective of a stream maps it again); gone at unmap_all_peers.
-      if (segment.uses > 0) --segment.uses;
+      // The last user gone: a peer's freed buffer must not stay alive through this mapping.
+      if (segment.uses > 0 && --segment.uses == 0) {
+        munmap(segment.base, segment.length);
+        peers_.erase(it);
+      }
       return;
     }
   }
   ZRT_LOG_ERROR("unmap_peer_registered: {} is not a peer mapping", local);
+}
+
+bool UcxMemory::find(const void* address, size_t bytes, RegisteredRange* range) {
+  const char* start = static_cast<const char*>(address);
+  std::lock_guard<std::mutex> lock(mutex_);
+  range->frees = frees_;
+  auto it = mapped_.upper_bound(start);
+  if (it == mapped_.begin()) return false;
+  --it;
+  const size_t offset = static_cast<size_t>(start - it->first);
+  if (offset >= it->second.length || bytes > it->second.length - offset) return false;
+  range->id = it->second.inode;
+  range->base = reinterpret_cast<uintptr_t>(it->first);
+  range->length = it->second.length;
+  return true;
 }
 
 void UcxMemory::unmap_all_peers() {
@@ -228,7 +248,7 @@ void UcxMemory::unmap_all_peers() {
 
 UcxMemory::~UcxMemory() {
   unmap_all_peers();
-  for (auto& [address, segment] : mapped_) release(address, segment);
+  for (auto& [address, segment] : mapped_) release(const_cast<char*>(address), segment);
 }
 
 }  // namespace zrt

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,7 @@
 #include <ucp/api/ucp.h>
 
 #include "lib/core/status.h"
+#include "transports/transport.h"
 
 namespace zrt {
 
@@ -43,11 +45,13 @@ class UcxMemory {
   void free(void* buffer);
 
   // Windows (transport.h): the packed key of a buffer from alloc(), and the local address of a
-  // peer's buffer from its packed key. A peer's segment, once mapped, stays mapped until
-  // unmap_all_peers (a stream's window maps the same segment again and again).
+  // peer's buffer from its packed key. A peer's segment is mapped once however many map_peer
+  // calls name it, and unmapped when as many unmap_peer calls have undone them.
   Status pack_key(const void* buffer, std::vector<uint8_t>* key);
   Status map_peer(const std::vector<uint8_t>& key, uint64_t remote_address, void** local);
   void unmap_peer(void* local);
+  // The allocation that holds [address, address + bytes) (Transport::find_registered).
+  bool find(const void* address, size_t bytes, RegisteredRange* range);
   // Destroys every peer mapping; runs before the endpoints close.
   void unmap_all_peers();
 
@@ -69,7 +73,8 @@ class UcxMemory {
   ucp_context_h context_;
   std::string boot_id_;
   std::mutex mutex_;
-  std::unordered_map<void*, Segment> mapped_;
+  std::map<const char*, Segment> mapped_;  // by start address, for find()'s range lookup
+  uint64_t frees_ = 0;
   std::unordered_map<std::string, PeerSegment> peers_;  // by (pid, inode) of the owner
 };
 

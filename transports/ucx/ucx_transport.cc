@@ -200,15 +200,20 @@ class UcxTransport final : public Transport {
   }
   Status map_peer_registered(int peer, const std::vector<uint8_t>& key, uint64_t remote_address,
                              void** local) override {
-    if (peer < 0 || peer >= size_ || endpoints_[peer] == nullptr) {
+    // Only the memory is looked at (not the endpoint's state, which the progress thread
+    // writes): the cma all-gather maps from the thread that runs it inline. A dead peer's memory
+    // is refused by map_peer itself.
+    if (peer < 0 || peer >= size_) {
       return Status::invalid_argument("map_peer_registered: peer {} is out of range [0, {})", peer,
                                       size_);
     }
-    if (!peer_failed_[peer].is_ok()) return peer_failed_[peer];
     return memory_->map_peer(key, remote_address, local)
         .with_context(fmt::format("mapping rank {}'s memory", peer));
   }
   void unmap_peer_registered(void* local) override { memory_->unmap_peer(local); }
+  bool find_registered(const void* address, size_t bytes, RegisteredRange* range) override {
+    return memory_->find(address, bytes, range);
+  }
   std::string describe() const override { return description_; }
 
   void on_peer_error(int peer, ucs_status_t status);
