@@ -82,6 +82,8 @@ class Phase {
   // companion around the ring; phases whose first messages carry it (window READY(0), the direct
   // all-reduce's and one-shot's headers) post nothing.
   virtual Status start_fingerprint(TaskContext& context, CollTask& task);
+  // The phase waits for peers' stores into mapped memory (Task::polls_memory).
+  virtual bool waits_on_memory() const { return false; }
 };
 
 // A collective's arguments as describe() prints them ("all_reduce(8 x f32, sum)"), kept as
@@ -120,6 +122,10 @@ class CollTask final : public Task {
     return memory_path_ && resources.one_shot.ready;
   }
   bool waits_on_memory() const override { return memory_path_; }
+  bool polls_memory() const override {
+    return memory_path_ || (phases_started_ && phase_index_ < phase_count_ &&
+                            phases_[phase_index_]->waits_on_memory());
+  }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
   void set_fingerprint(const OrderFingerprint& fingerprint) {
     fingerprinted_ = true;

@@ -464,7 +464,9 @@ Status OneShotPhase::published(TaskContext& context, CollTask& task, bool* all) 
 Status OneShotPhase::unpublished(TaskContext& context, CollTask& task, char* arena,
                                  uint64_t parity) {
   if (unpublished_looks_++ % kLooksPerCallCheck == kFirstCallCheckLook) {
-    if (task.fingerprint_on()) ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+    if (task.fingerprint_on() && !after_announced_phase_) {
+      ZRT_RETURN_IF_ERROR(check_announced_call(task, next_peer_, arena));
+    }
     if (tiny_ && load_acquire(published_word(arena, parity)) == sequence_ + 1) {
       ZRT_RETURN_IF_ERROR(check_header(context, task, next_peer_, slot(arena, parity)));
     }

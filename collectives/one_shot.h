@@ -98,6 +98,12 @@ class OneShotPhase final : public Phase {
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
   Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
+  bool waits_on_memory() const override { return true; }
+
+  // The phase follows another of its task that announced the call (the ring all-reduce's
+  // reduce-scatter before a cma all-gather): a peer's announcement of the same call is then that
+  // peer still in the first part, not a mismatch, and is not looked at.
+  void set_after_announced_phase() { after_announced_phase_ = true; }
 
  private:
   enum class Step { kHandshake, kCredit, kWait, kDrain, kDone };
@@ -146,6 +152,7 @@ class OneShotPhase final : public Phase {
   std::vector<PostedOp> key_sends_;
   std::vector<PostedOp> key_recvs_;
   bool keys_posted_ = false;
+  bool after_announced_phase_ = false;
 };
 
 }  // namespace zrt

@@ -96,7 +96,8 @@ san_suite asan-ubsan build-asan "-Db_sanitize=address,undefined $sanitizer_args"
   --suite unit --suite multirank
 
 # TSan: the tests that run zrt's progress thread beside the caller's (engine, communicator,
-# transport, collectives, the order checker, the partition manager's overlap streams, its
+# transport, collectives (the cma all-gather maps peers' memory from the submitting thread), the
+# order checker, the partition manager's overlap streams, its
 # rollback and the offloaded optimizer's thread during backward, the hardening tests that fail
 # and abort communicators mid-collective) and the rendezvous store server's threads (bootstrap).
 # The exhaustive matrices (collectives_matrix, the tools' and checkpoint's multi-rank runs) add
@@ -111,7 +112,7 @@ san_suite asan-ubsan build-asan "-Db_sanitize=address,undefined $sanitizer_args"
 san_suite tsan build-tsan "-Db_sanitize=thread $sanitizer_args" \
   "UCX_MEM_MMAP_HOOK_MODE=none
    TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$supp/tsan.supp" \
-  "engine comm_unit comm_multirank collectives_behaviour one_shot c_api_collectives ucx_p2p checker
+  "engine comm_unit comm_multirank collectives_behaviour one_shot cma_all_gather c_api_collectives ucx_p2p checker
    test_partition_multirank test_partition_rollback test_partition_offload bootstrap_unit
    bootstrap_multirank api_common
    dead_peers abort_release api_misuse api_misuse_unit"

@@ -857,7 +857,7 @@ void EngineImpl::run() {
       if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
         sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
       }
-      if (stream->running_ != nullptr && stream->started_ && stream->running_->waits_on_memory()) {
+      if (stream->running_ != nullptr && stream->started_ && stream->running_->polls_memory()) {
         // Peers' stores wake nothing: look again soon, less often the longer the wait.
         const auto waited =
             std::chrono::duration_cast<std::chrono::microseconds>(now - stream->last_advance_);

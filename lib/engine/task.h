@@ -68,6 +68,9 @@ class Task {
   // The task waits for peers' stores into mapped memory, which wake no file descriptor: the
   // progress thread then sleeps only briefly between looks (kMemoryWaitMaxSleepMs).
   virtual bool waits_on_memory() const { return false; }
+  // Whether it waits so now: a task that waits on memory, or one whose current part does (the
+  // ring all-reduce's cma all-gather). Asked by the thread that runs the task only.
+  virtual bool polls_memory() const { return waits_on_memory(); }
 
   // For counters and logs.
   virtual zrt_coll_kind_t kind() const = 0;

@@ -10,7 +10,9 @@
 //     that says so, not a hang or mixed data;
 //   - a peer that never calls or dies: every survivor's error within the timeout;
 //   - an input in registered memory: read through a mapping of the owner's allocation, which a
-//     reader drops once the owner has freed an allocation.
+//     reader drops once the owner has freed an allocation;
+//   - the ring all-reduce's second half by cma where the table gathers so: exact in place and
+//     out of place, equal and unequal blocks, a buffer rewritten the moment a call returns.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -249,6 +251,66 @@ TEST(CmaAllGather, RegisteredInputsAreReadThroughMappingsDroppedOnceTheOwnerFree
       ASSERT_OK(rig.bootstrap->barrier());
       rig.transport->free_registered(second);
       rig.transport->free_registered(whole);
+    });
+  }
+}
+
+// The ring all-reduce gathers its reduced blocks the way the table's all-gather would (enqueue.cc):
+// by cma where it says so (N = 2 by the built-in table; N = 3 forced, as ZRT_ALGO=cma does) and
+// the blocks are equal, else the window ring. Sums of small integers are exact in any order, so
+// every rank must hold the exact sum; in place, each call's result is the next call's input,
+// rewritten the moment the call returns. A registered buffer shows which path ran: only the cma
+// all-gather maps a peer's buffer (its memfd's inode in this process's maps).
+TEST(CmaAllReduce, RingReduceScatterThenCmaAllGatherIsExact) {
+  for (int size : {2, 3}) {
+    expect_ranks_pass(size, [](int rank, int size) {
+      Rig rig;
+      rig.peer_memory = true;
+      if (size == 3) rig.algorithm = AllReduceAlgorithm::kCma;
+      ASSERT_OK(rig.init(rank, size, "cma_all_reduce"));
+      if (!cma_runs(rig)) GTEST_SKIP() << ptrace_restriction();
+      const size_t equal = size_t{3} << 18;  // 3 MiB of f32 at every N: equal blocks
+      for (size_t count : {equal, equal + 1}) {
+        void* memory = nullptr;
+        ASSERT_OK(rig.transport->alloc_registered(count * sizeof(float), &memory));
+        float* data = static_cast<float*>(memory);
+        std::vector<float> in(count), out(count);
+        auto value = [](int r, size_t i) { return static_cast<float>((i % 97) + r * 3 + 1); };
+        for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+        ASSERT_OK(
+            rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, ZRT_F32)));
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int r = 0; r < size; ++r) sum += value(r, i);
+          wrong += out[i] != sum;
+        }
+        ASSERT_EQ(wrong, 0u) << count << " elements out of place, N=" << size;
+        // In place, call after call: every element is N^k after call k, exact in f32.
+        for (size_t i = 0; i < count; ++i) data[i] = 1.0f;
+        float expected = 1;
+        for (int call = 0; call < 6; ++call) {
+          ASSERT_OK(rig.run(collective_args(ZRT_COLL_ALL_REDUCE, data, data, count, ZRT_F32)));
+          expected *= static_cast<float>(size);
+          wrong = 0;
+          for (size_t i = 0; i < count; ++i) wrong += data[i] != expected;
+          ASSERT_EQ(wrong, 0u) << "call " << call << ", " << count << " elements, N=" << size;
+          // Every rank's input is now `expected`; a peer still reading would see the next call's.
+        }
+        RegisteredRange range;
+        ASSERT_TRUE(rig.transport->find_registered(data, count * sizeof(float), &range));
+        std::vector<uint64_t> ids(static_cast<size_t>(size));
+        ASSERT_OK(rig.bootstrap->allgather(&range.id, ids.data(), sizeof(uint64_t)));
+        const bool by_cma = count == equal;
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer != rank) {
+            EXPECT_EQ(maps_inode(ids[peer]), by_cma)
+                << "rank " << peer << "'s buffer, " << count << " elements";
+          }
+        }
+        ASSERT_OK(rig.bootstrap->barrier());
+        rig.transport->free_registered(memory);
+      }
     });
   }
 }
