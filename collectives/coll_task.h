@@ -131,6 +131,12 @@ class CollTask final : public Task {
     fingerprinted_ = true;
     fingerprint_.set(fingerprint);
   }
+  // OrderFingerprint::variant, once the algorithm is chosen (before the task is enqueued).
+  void set_fingerprint_variant(uint8_t variant) {
+    OrderFingerprint fingerprint = fingerprint_.mine();
+    fingerprint.variant = variant;
+    fingerprint_.set(fingerprint);
+  }
 
   Status start(TaskContext& context) override;
   Status progress(TaskContext& context, bool* done) override;

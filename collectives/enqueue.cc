@@ -349,6 +349,9 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
                                                spec, OneShotOrder::kRing, &options.peer_pids);
             gather->set_after_announced_phase();
             task.add_phase(std::move(gather));
+            // A rank that gathers by the window ring instead would wait here without a word:
+            // the reduce-scatter's first message carries the fingerprint, which names this.
+            task.set_fingerprint_variant(OrderFingerprint::kGatherByCma);
           } else {
             const uint32_t after =
                 WindowPhase::units(layout, size, esize, options.window_slot_bytes);

@@ -12,6 +12,7 @@
 
 #include "collectives/order_check.h"
 #include "collectives/peer_memory.h"
+#include "lib/core/log.h"
 
 namespace zrt {
 namespace {
@@ -381,6 +382,7 @@ Status OneShotPhase::deposit(TaskContext& context, CollTask& task) {
     ZRT_RETURN_IF_ERROR(describe_source(context, parity));
   } else if (deposit_bytes_ > 0) {
     std::memcpy(mine + data_offset(deposit_bytes_), input_, deposit_bytes_);
+    arena.slot_source[parity] = 0;  // the data lies over the key: a cma call writes it again
   }
   store_release(published_word(arena.own, parity), sequence_ + 1);
   // Every peer reads the contribution (of a reduce-scatter, its own block of it).
@@ -611,11 +613,15 @@ Status OneShotPhase::mapped_source(TaskContext& context, int peer, const char* p
   const std::vector<uint8_t> key(key_start, key_start + key_bytes);
   void* local = nullptr;
   Status status = context.transport.map_peer_registered(peer, key, line.base, &local);
-  if (status.code() == ZRT_UNSUPPORTED) {
-    sources.push_back(MappedSource{line.id, nullptr, line.length});  // the kernel reads it
+  // A dead peer fails the call; anything else (a descriptor limit, an mmap failure) leaves the
+  // reads of this allocation to the kernel, which still reaches it, and says why once.
+  if (status.code() == ZRT_REMOTE_ERROR) return status;
+  if (!status.is_ok()) {
+    ZRT_LOG_WARN("cma all-gather: rank {}'s registered memory is read through the kernel: {}", peer,
+                 status.message());
+    sources.push_back(MappedSource{line.id, nullptr, line.length});
     return Status::ok();
   }
-  ZRT_RETURN_IF_ERROR(status);
   sources.push_back(MappedSource{line.id, static_cast<char*>(local), line.length});
   *mapped = static_cast<char*>(local) + offset;
   return Status::ok();

@@ -91,12 +91,14 @@ std::string describe_fingerprint(const OrderFingerprint& fingerprint) {
                 : op_name(static_cast<zrt_op_t>(fingerprint.op));
   }
   if (is_rooted(kind)) text += fmt::format(", root {}", fingerprint.root);
+  if (fingerprint.variant == OrderFingerprint::kGatherByCma) text += ", gathering by cma";
   return text + ")";
 }
 
 bool fingerprints_match(const OrderFingerprint& a, const OrderFingerprint& b) {
   return a.kind == b.kind && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
-         a.root == b.root && a.purpose == b.purpose && a.purpose_id == b.purpose_id;
+         a.root == b.root && a.purpose == b.purpose && a.purpose_id == b.purpose_id &&
+         a.variant == b.variant;
 }
 
 Status OrderCheck::start(TaskContext& context) {

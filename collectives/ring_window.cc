@@ -9,7 +9,10 @@
 namespace zrt {
 namespace {
 
-constexpr uint32_t kTagModulus = 0x7fff;
+// Below the tags the stream's handshakes reserve (this one's 0x7fff, the one-shot arena's 0x7ffd),
+// so that a READY never shares a tag with them, even in a task that runs both (the ring
+// all-reduce gathering by cma).
+constexpr uint32_t kTagModulus = 0x7ffd;
 constexpr uint32_t kHandshakeTag = 0x7fff;
 
 }  // namespace

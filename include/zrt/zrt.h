@@ -283,9 +283,9 @@ ZRT_API zrt_status_t zrt_comm_get_error(zrt_comm_t comm);
 ZRT_API zrt_status_t zrt_mem_alloc(zrt_comm_t comm, size_t bytes, void** buffer);
 
 /* Frees a buffer of zrt_mem_alloc on the same comm; NULL is accepted. No enqueued work may still
- * use it. A peer that mapped it keeps its pages alive until its next all-gather on that stream,
- * or that stream's end. Local; thread-safe. Errors: ZRT_INVALID_ARGUMENT (not a live buffer of
- * zrt_mem_alloc on comm). */
+ * use it. A peer that mapped it keeps its pages alive until it next reads this rank by cma on
+ * that stream (an all-gather at N = 2, see docs/API.md), or that stream's end. Local;
+ * thread-safe. Errors: ZRT_INVALID_ARGUMENT (not a live buffer of zrt_mem_alloc on comm). */
 ZRT_API zrt_status_t zrt_mem_free(zrt_comm_t comm, void* buffer);
 
 /* The bytes comm's live zrt_mem_alloc buffers hold, in whole pages. Local; thread-safe. */

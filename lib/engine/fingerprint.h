@@ -23,7 +23,13 @@ struct OrderFingerprint {
   uint8_t dtype = 0;        // zrt_dtype_t; 0 for a barrier
   uint8_t op = 0;           // zrt_op_t for reducing kinds, kPremulOp for premul_sum, else 0
   uint8_t purpose = 0;      // zrt::Purpose
-  uint8_t reserved[4] = {0, 0, 0, 0};
+  // How the algorithm runs where ranks that chose differently would wait on each other without
+  // a word (ZRT_ALGO or ZRT_ALGO_TABLE differing across ranks): kGatherByCma for a ring
+  // all-reduce whose all-gather half runs by cma (collectives/enqueue.cc), else 0.
+  uint8_t variant = 0;
+  uint8_t reserved[3] = {0, 0, 0};
+
+  static constexpr uint8_t kGatherByCma = 1;
 
   static constexpr uint8_t kPremulOp = 0xff;
 };

@@ -174,7 +174,9 @@ TEST(CmaAllGather, AModeMismatchAcrossRanksIsAnErrorOnBoth) {
   });
 }
 
-// Whether this process maps a file whose inode is `inode` (a peer's memfd, once mapped here).
+// Whether this process maps zrt's registered memfd whose inode is `inode` (a peer's, once mapped
+// here). The name counts too: other shared memory (UCX's segments, /dev/shm files) has inode
+// numbers of its own.
 bool maps_inode(uint64_t inode) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
@@ -182,7 +184,10 @@ bool maps_inode(uint64_t inode) {
     std::istringstream fields(line);
     std::string range, permissions, offset, device;
     uint64_t node = 0;
-    if (fields >> range >> permissions >> offset >> device >> node && node == inode) return true;
+    if (fields >> range >> permissions >> offset >> device >> node && node == inode &&
+        line.find("memfd:zrt-registered") != std::string::npos) {
+      return true;
+    }
   }
   return false;
 }
@@ -313,6 +318,29 @@ TEST(CmaAllReduce, RingReduceScatterThenCmaAllGatherIsExact) {
       }
     });
   }
+}
+
+// Rank 0 gathers the ring all-reduce's second half by cma (the built-in table), rank 1 by the
+// window ring (ZRT_ALGO=ring on that rank only): each would wait for the other's half without a
+// word, so the call's fingerprint carries the choice and both fail at once, naming it.
+TEST(CmaAllReduce, ASecondHalfChosenDifferentlyAcrossRanksIsAnErrorOnBoth) {
+  expect_ranks_pass(2, [](int rank, int size) {
+    Rig rig;
+    rig.peer_memory = true;
+    if (rank == 1) rig.algorithm = AllReduceAlgorithm::kRing;
+    ASSERT_OK(rig.init(rank, size, "cma_all_reduce_mismatch", 10000));
+    if (rig.engine->options().peer_pids.empty()) GTEST_SKIP() << ptrace_restriction();
+    const size_t count = size_t{1} << 20;  // 4 MiB of f32: 2 MiB blocks
+    std::vector<float> in(count, 1.0f), out(count);
+    const auto started = std::chrono::steady_clock::now();
+    Status status =
+        rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, ZRT_F32));
+    ASSERT_FALSE(status.is_ok()) << "rank " << rank << " reduced across second halves";
+    EXPECT_EQ(status.code(), ZRT_INVALID_USAGE) << status.message();
+    EXPECT_NE(status.message().find("gathering by cma"), std::string::npos) << status.message();
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5))
+        << "named at the first message, not at the timeout";
+  });
 }
 
 // A late or dead peer (tests/collectives/late_peer.h) during a cma all-gather.

@@ -163,7 +163,10 @@ Status UcxMemory::map_peer(const std::vector<uint8_t>& key, uint64_t remote_addr
                          remote_address, packed.length, packed.base);
   }
   const uint64_t offset = remote_address - packed.base;
-  const std::string id = fmt::format("{}:{}", packed.pid, packed.inode);
+  // The base and length too: an inode number may come back once its memfd is freed, while a
+  // stream still maps the old one.
+  const std::string id =
+      fmt::format("{}:{}:{:#x}:{}", packed.pid, packed.inode, packed.base, packed.length);
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = peers_.find(id);
   if (found == peers_.end()) {

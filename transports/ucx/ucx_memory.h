@@ -75,7 +75,7 @@ class UcxMemory {
   std::mutex mutex_;
   std::map<const char*, Segment> mapped_;  // by start address, for find()'s range lookup
   uint64_t frees_ = 0;
-  std::unordered_map<std::string, PeerSegment> peers_;  // by (pid, inode) of the owner
+  std::unordered_map<std::string, PeerSegment> peers_;  // by the owner's pid, inode, base, length
 };
 
 }  // namespace zrt
