@@ -619,10 +619,10 @@ Status OneShotPhase::mapped_source(TaskContext& context, int peer, const char* p
   if (!status.is_ok()) {
     ZRT_LOG_WARN("cma all-gather: rank {}'s registered memory is read through the kernel: {}", peer,
                  status.message());
-    sources.push_back(MappedSource{line.id, nullptr, line.length});
+    sources.push_back(MappedSource{line.id, nullptr});
     return Status::ok();
   }
-  sources.push_back(MappedSource{line.id, static_cast<char*>(local), line.length});
+  sources.push_back(MappedSource{line.id, static_cast<char*>(local)});
   *mapped = static_cast<char*>(local) + offset;
   return Status::ok();
 }

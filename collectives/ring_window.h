@@ -24,8 +24,8 @@
 //
 // Tags: the 16 task bits hold the notification kind (bit 15 = CREDIT) and (tag_offset + u)
 // modulo 0x7ffd; 0x7fff is the handshake's, 0x7ffd the one-shot arena's. Equal tags from one
-// peer match in posting order, so
-// the modulus never confuses a reader: fewer than S units are ever outstanding per link.
+// peer match in posting order, so the modulus never confuses a reader: fewer than S units are
+// ever outstanding per link.
 #pragma once
 
 #include <algorithm>

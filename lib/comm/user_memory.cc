@@ -1,18 +1,19 @@
 #include "lib/comm/user_memory.h"
 
-#include <unistd.h>
-
 namespace zrt {
 
 Status UserMemory::alloc(size_t bytes, void** buffer) {
   if (bytes == 0) return Status::invalid_argument("bytes is 0: ask for at least one byte");
   void* allocated = nullptr;
   ZRT_RETURN_IF_ERROR(transport_.alloc_registered(bytes, &allocated));
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t pages = (bytes + page - 1) / page * page;
+  RegisteredRange range;  // the length the transport allocated, whole pages
+  if (!transport_.find_registered(allocated, bytes, &range)) {
+    transport_.free_registered(allocated);
+    return Status(ZRT_INTERNAL_ERROR, "zrt_mem_alloc: the transport does not know its allocation");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  buffers_.emplace(allocated, pages);
-  held_ += pages;
+  buffers_.emplace(allocated, range.length);
+  held_ += range.length;
   *buffer = allocated;
   return Status::ok();
 }

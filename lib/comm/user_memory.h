@@ -35,7 +35,7 @@ class UserMemory {
  private:
   Transport& transport_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> buffers_;  // start -> bytes asked for, rounded to pages
+  std::unordered_map<void*, size_t> buffers_;  // start -> bytes allocated (whole pages)
   size_t held_ = 0;
 };
 

@@ -54,9 +54,8 @@ inline constexpr int kOneShotStreams = 4;
 
 // A peer's registered allocation mapped here (Transport::map_peer_registered).
 struct MappedSource {
-  uint64_t id = 0;  // RegisteredRange::id
-  char* local = nullptr;
-  size_t length = 0;
+  uint64_t id = 0;        // RegisteredRange::id
+  char* local = nullptr;  // null: mapping failed, the kernel reads this allocation
 };
 
 struct OneShotArena {
