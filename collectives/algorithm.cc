@@ -34,6 +34,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
     {TableOp::kAllReduce, "oneshot",
      "one host: every rank reduces every peer's input out of the peers' mapped arenas, in rank "
      "order"},
+    {TableOp::kAllReduce, "twoshot",
+     "one host: every rank reduces its block of every peer's input out of the peers' mapped "
+     "arenas, then copies the peers' reduced blocks"},
 };
 
 // Crossovers measured on the development machine (2 cores, one host; `zrt-tune --algorithms`,
@@ -61,6 +64,17 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // 3340-3360/2570-2640; at 64 MiB out of place the ring won (7870 against 9680). At N = 4 on 2
 // cores cma's wait for its readers costs more than the copy it saves up to a 1 MiB block: at
 // 4 MiB one-shot took 800/760, cma 1250/850 and the ring 1460/1260.
+// Two-shot (each rank reduces its block of the peers' deposits, then copies their reduced
+// blocks) against one-shot and the ring, release build, 1-2 interleaved rounds, us out of place
+// / in place: N = 2 (bound) 32 KiB 7.7-8.2/7.9-8.2 against one-shot's 8.4-9.9/7.9-8.0, 128 KiB
+// 17/18-19 against 21-22/21-22, 512 KiB 75-77/67-69 against 89-92/72-78 and the ring's
+// 81-83/76-78, 1 MiB 198/163-165 against the ring's 198-200/153-156; N = 3 32 KiB 15-20/15-16
+// against 15-46/14-15, 64 KiB 22-23/22-23 against 23-24/24-25, 256 KiB 89-119/75-76 against the
+// ring's 98-104/87-90, 1 MiB 446-491/385-417 against 473-489/440; N = 4 16 KiB 12-18/11-16
+// against 14-17/12-17, 64 KiB 23-33/22-28 against 40-46/39-40, 256 KiB 91-149/77-117 against
+// the ring's 126-196/118-151, 1 MiB 460-479/422-517 against 506-526/468-501; N = 8 8 KiB 42/40
+// against 25/24, 16 KiB 27/27 against 31/31, 256 KiB 414/331 against the ring's 540/629, 1 MiB
+// 1211/1416 against 1419/1951.
 // Across hosts (2 simulated hosts x 2 ranks, tcp between network namespaces, two-level rings;
 // bench/multihost/compare.py's zrt-bench sweep with ZRT_ALGO forced, 3 interleaved rounds, us,
 // medians): the direct all-reduce sends every input whole to every other rank, N - L of them
@@ -69,9 +83,10 @@ constexpr AlgorithmInfo kAlgorithms[] = {
 // other (16 B - 4 KiB: direct 147-182, ring 160-179, rd 143-188), and direct keeps one round.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  hosts  bytes   algorithm
-all_reduce        2      1      0-512K  oneshot
-all_reduce        3-7    1      0-128K  oneshot
-all_reduce        8      1      0-256K  oneshot
+all_reduce        2-7    1      0-32K   oneshot
+all_reduce        8      1      0-8K    oneshot
+all_reduce        2      1      0-512K  twoshot
+all_reduce        3-8    1      0-1M    twoshot
 all_reduce        2-64   1      0-64K   direct
 all_reduce        2-64   2-*    0-8K    direct
 all_reduce        *      *      *       ring
@@ -363,6 +378,8 @@ const char* algorithm_name(AllReduceAlgorithm algorithm) {
       return "oneshot";
     case AllReduceAlgorithm::kCma:
       return "cma";
+    case AllReduceAlgorithm::kTwoShot:
+      return "twoshot";
   }
   return "?";
 }

@@ -72,13 +72,22 @@ struct AlgorithmRow {
   }
 };
 
+// The one-shot algorithm's name (collectives/one_shot.h), for all three ops, and the
+// all-gather's single-copy variant of it (one_shot.h, "cma").
+inline constexpr const char* kOneShotAlgorithm = "oneshot";
+inline constexpr const char* kCmaAlgorithm = "cma";
+// The all-reduce's two-shot variant of one-shot (one_shot.h, "two-shot").
+inline constexpr const char* kTwoShotAlgorithm = "twoshot";
+
 // Up to two algorithms a call cannot run (one-shot across hosts or beyond its slot, cma where
 // the communicator's probe failed): rows naming one are passed over, and forcing one falls back
-// to the table.
+// to the table. Two-shot runs in the one-shot arena, with the same deposit: it is unavailable
+// wherever one-shot is.
 class Unavailable {
  public:
   Unavailable(const char* first = "", const char* second = "") : first_(first), second_(second) {}
   bool has(std::string_view name) const {
+    if (name == kTwoShotAlgorithm) name = kOneShotAlgorithm;
     return !name.empty() && (name == first_ || name == second_);
   }
 
@@ -118,12 +127,8 @@ const char* choose_algorithm(std::string_view forced, const AlgorithmTable* tabl
                              int ranks, uint64_t bytes, Unavailable unavailable = {},
                              int hosts = 1);
 
-// The one-shot algorithm's name (collectives/one_shot.h), for all three ops, and the
-// all-gather's single-copy variant of it (one_shot.h, "cma").
-inline constexpr const char* kOneShotAlgorithm = "oneshot";
-inline constexpr const char* kCmaAlgorithm = "cma";
-
-// "auto", "ring", "direct", "rd" (recursive doubling), "oneshot" or "cma", as ZRT_ALGO names them.
+// "auto", "ring", "direct", "rd" (recursive doubling), "oneshot", "twoshot" or "cma", as ZRT_ALGO
+// names them.
 const char* algorithm_name(AllReduceAlgorithm algorithm);
 
 }  // namespace zrt

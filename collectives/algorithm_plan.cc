@@ -39,6 +39,7 @@ AllReduceAlgorithm algorithm_from_name(std::string_view name) {
   if (name == "rd") return AllReduceAlgorithm::kRecursiveDoubling;
   if (name == kOneShotAlgorithm) return AllReduceAlgorithm::kOneShot;
   if (name == kCmaAlgorithm) return AllReduceAlgorithm::kCma;
+  if (name == kTwoShotAlgorithm) return AllReduceAlgorithm::kTwoShot;
   return AllReduceAlgorithm::kRing;
 }
 

@@ -324,6 +324,10 @@ Status enqueue_collective(Stream& stream, int rank, int size, const CollectiveAr
       const AllReduceAlgorithm algorithm = choose(TableOp::kAllReduce);
       if (algorithm == AllReduceAlgorithm::kOneShot) {
         return run_one_shot(send, recv, replaced_order());
+      } else if (algorithm == AllReduceAlgorithm::kTwoShot) {
+        OneShotPhase phase(args.kind, send, recv, args.count, spec, replaced_order());
+        phase.set_two_shot();
+        return run_one_shot_collective(stream, task, std::move(phase));
       } else if (algorithm == AllReduceAlgorithm::kDirect) {
         task.add_phase(std::make_unique<DirectAllReduce>(send, recv, args.count, spec));
       } else if (algorithm == AllReduceAlgorithm::kRecursiveDoubling) {

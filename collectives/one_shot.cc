@@ -18,20 +18,23 @@ namespace zrt {
 namespace {
 
 // The arena (one_shot.h): the control block, written only by its owner, with `finished` (after
-// its reads) on a cache line of its own and the call it runs by another algorithm
-// (announce_call) on the next, then the two slots. A slot's header line holds its `published`
-// word with the deposit's call and byte count, and the data follows on the line the hardware
-// fetches with it (an aligned pair: slots start 128 bytes apart): a reader's wait and its header
-// check cost one miss, where `published` on a control line of its own cost a second, serial one
-// per peer and call. A deposit of at most 8 bytes (a vote, a norm, an 8-byte all-reduce) lies
-// in the header line's last word: the reduction's load of it was a miss of its own, 17% of an
-// 8-byte all-reduce's samples (perf).
-constexpr size_t kControlBytes = 256;
+// its reads) on a cache line of its own, the call it runs by another algorithm (announce_call)
+// on the next, the tiny deposits' lines and the two-shot's `reduced` words on lines of their
+// own (a peer spins on them while this rank writes its slot), then the two slots. A slot's header
+// line holds its `published` word with the deposit's call and byte count, and the data follows on
+// the line the hardware fetches with it (an aligned pair: slots start 128 bytes apart): a reader's
+// wait and its header check cost one miss, where `published` on a control line of its own cost a
+// second, serial one per peer and call. A deposit of at most 8 bytes (a vote, a norm, an 8-byte
+// all-reduce) lies in the header line's last word: the reduction's load of it was a miss of its
+// own, 17% of an 8-byte all-reduce's samples (perf).
+constexpr size_t kControlBytes = 384;
 constexpr size_t kFinishedOffset = 0;
 constexpr size_t kCallOffset = 64;  // the collective number + 1, then its fingerprint
 // A tiny deposit's line per parity: its tag word (the collective number + 1 and a hash of the
 // call) and its 8 data bytes, stored and loaded as one 16-byte access (tiny_load / tiny_store).
 constexpr size_t kTinyOffset = 128;
+// two-shot: k + 1 once this rank's reduced block of collective k lies in its slot, per parity.
+constexpr size_t kReducedOffset = 256;
 constexpr size_t kCallFingerprintWords = (sizeof(OrderFingerprint) + 7) / 8;
 static_assert(kCallOffset + sizeof(uint64_t) * (1 + kCallFingerprintWords) <= kControlBytes);
 constexpr size_t kHeaderBytes = 64;
@@ -43,6 +46,10 @@ constexpr size_t kInlineBytes = kHeaderBytes - kInlineOffset;
 // A cma deposit (one_shot.h) marks its byte count, so that a peer in the other mode fails on the
 // header check, and puts its input's address where an inline deposit would lie.
 constexpr uint64_t kPeerReadMark = uint64_t{1} << 63;
+// A two-shot deposit marks its byte count too: a one-shot peer would never publish a reduced
+// block, and a two-shot one would wait for it.
+constexpr uint64_t kTwoShotMark = uint64_t{1} << 62;
+constexpr uint64_t kModeMarks = kPeerReadMark | kTwoShotMark;
 constexpr size_t kSourceOffset = kInlineOffset;
 static_assert(kInlineOffset % 8 == 0 && kInlineBytes >= 8);
 // Behind a cma deposit's header, on the line a reader fetches with it: the registered allocation
@@ -77,6 +84,9 @@ uint64_t* finished_word(char* arena) {
 }
 char* tiny_pair(char* arena, uint64_t parity) {
   return arena + kTinyOffset + parity * 64;
+}
+uint64_t* reduced_word(char* arena, uint64_t parity) {
+  return reinterpret_cast<uint64_t*>(arena + kReducedOffset + parity * 64);
 }
 uint64_t* call_word(char* arena) {
   return reinterpret_cast<uint64_t*>(arena + kCallOffset);
@@ -180,6 +190,13 @@ uint64_t tiny_tag(uint64_t sequence, const OrderFingerprint& call, uint64_t byte
   return ((sequence + 1) & 0xffffffffull) | (h ^ h >> 32) << 32;
 }
 
+// How a deposit's byte-count word says it is read, for messages.
+const char* mode_name(uint64_t bytes_word) {
+  if ((bytes_word & kPeerReadMark) != 0) return " by cma";
+  if ((bytes_word & kTwoShotMark) != 0) return " by two-shot";
+  return "";
+}
+
 }  // namespace
 
 size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t element_size,
@@ -189,7 +206,8 @@ size_t OneShotPhase::deposit_bytes(zrt_coll_kind_t kind, size_t count, size_t el
 }
 
 uint64_t OneShotPhase::expected_bytes_word() const {
-  return peer_pids_ != nullptr ? deposit_bytes_ | kPeerReadMark : deposit_bytes_;
+  return deposit_bytes_ | (peer_pids_ != nullptr ? kPeerReadMark : 0) |
+         (two_shot_ ? kTwoShotMark : 0);
 }
 
 Status OneShotPhase::start(TaskContext& context, CollTask&) {
@@ -205,6 +223,9 @@ Status OneShotPhase::start(TaskContext& context, CollTask&) {
       (kind_ != ZRT_COLL_ALL_GATHER || peer_pids_->size() != static_cast<size_t>(context.size))) {
     return Status(ZRT_INTERNAL_ERROR, "one-shot: cma is an all-gather with every rank's pid");
   }
+  if (two_shot_ && kind_ != ZRT_COLL_ALL_REDUCE) {
+    return Status(ZRT_INTERNAL_ERROR, "one-shot: two-shot is an all-reduce");
+  }
   if (peer_pids_ == nullptr && deposit_bytes_ > kOneShotSlotBytes) {
     return Status::error(ZRT_INTERNAL_ERROR, "one-shot: {} bytes exceed the arena slot's {}",
                          deposit_bytes_, kOneShotSlotBytes);
@@ -212,7 +233,9 @@ Status OneShotPhase::start(TaskContext& context, CollTask&) {
   OneShotArena& arena = context.resources->one_shot;
   sequence_ = arena.next++;
   step_ = arena.ready ? Step::kCredit : Step::kHandshake;
-  tiny_ = peer_pids_ == nullptr && deposit_bytes_ <= sizeof(uint64_t) && tiny_supported();
+  // A two-shot rank writes its reduced block into its slot, where a tiny deposit has no room.
+  tiny_ =
+      peer_pids_ == nullptr && !two_shot_ && deposit_bytes_ <= sizeof(uint64_t) && tiny_supported();
   return Status::ok();
 }
 
@@ -239,12 +262,21 @@ Status OneShotPhase::move(TaskContext& context, CollTask& task, bool* done) {
     bool all = false;
     ZRT_RETURN_IF_ERROR(published(context, task, &all));
     if (!all) return Status::ok();
-    ZRT_RETURN_IF_ERROR(assemble(context));
-    store_release(finished_word(context.resources->one_shot.own), sequence_ + 1);
-    task.add_received(static_cast<uint64_t>(context.size - 1) * count_ * spec_.element_size);
-    task.advanced();
-    next_peer_ = 0;
-    step_ = peer_pids_ != nullptr ? Step::kDrain : Step::kDone;
+    if (two_shot_) {
+      reduce_own_block(context, task);
+      next_peer_ = 1;
+      step_ = Step::kShare;
+    } else {
+      ZRT_RETURN_IF_ERROR(assemble(context));
+      task.add_received(static_cast<uint64_t>(context.size - 1) * count_ * spec_.element_size);
+      finish_reads(context, task);
+    }
+  }
+  if (step_ == Step::kShare) {
+    bool all = false;
+    copy_reduced_blocks(context, task, &all);
+    if (!all) return Status::ok();
+    finish_reads(context, task);
   }
   if (step_ == Step::kDrain) {
     if (!drained(context, task)) return Status::ok();
@@ -252,6 +284,13 @@ Status OneShotPhase::move(TaskContext& context, CollTask& task, bool* done) {
   }
   *done = true;
   return Status::ok();
+}
+
+void OneShotPhase::finish_reads(TaskContext& context, CollTask& task) {
+  store_release(finished_word(context.resources->one_shot.own), sequence_ + 1);
+  task.advanced();
+  next_peer_ = 0;
+  step_ = peer_pids_ != nullptr ? Step::kDrain : Step::kDone;
 }
 
 // Exchanges the arenas' keys with every peer and maps theirs; the stream keeps the mappings.
@@ -385,10 +424,16 @@ Status OneShotPhase::deposit(TaskContext& context, CollTask& task) {
     arena.slot_source[parity] = 0;  // the data lies over the key: a cma call writes it again
   }
   store_release(published_word(arena.own, parity), sequence_ + 1);
-  // Every peer reads the contribution (of a reduce-scatter, its own block of it).
-  const uint64_t per_peer =
-      kind_ == ZRT_COLL_REDUCE_SCATTER ? count_ * spec_.element_size : deposit_bytes_;
-  task.add_sent(static_cast<uint64_t>(context.size - 1) * per_peer);
+  if (two_shot_) {
+    // Every peer reads its own block of the input (its reduced block: reduce_own_block).
+    const BlockLayout layout = BlockLayout::split(count_, context.size);
+    task.add_sent(deposit_bytes_ - layout.length(context.rank) * spec_.element_size);
+  } else {
+    // Every peer reads the contribution (of a reduce-scatter, its own block of it).
+    const uint64_t per_peer =
+        kind_ == ZRT_COLL_REDUCE_SCATTER ? count_ * spec_.element_size : deposit_bytes_;
+    task.add_sent(static_cast<uint64_t>(context.size - 1) * per_peer);
+  }
   task.advanced();
   return Status::ok();
 }
@@ -490,9 +535,9 @@ Status OneShotPhase::check_header(TaskContext& context, CollTask& task, int peer
     return Status::error(
         ZRT_REMOTE_ERROR,
         "one-shot: rank {} deposited {} bytes{} for collective {} of stream {}, "
-        "expected {}{} (mismatched collective arguments across ranks?)",
-        peer, bytes & ~kPeerReadMark, (bytes & kPeerReadMark) != 0 ? " by cma" : "", sequence_,
-        context.stream_index, deposit_bytes_, peer_pids_ != nullptr ? " by cma" : "");
+        "expected {}{} (mismatched collective arguments or algorithm settings across ranks?)",
+        peer, bytes & ~kModeMarks, mode_name(bytes), sequence_, context.stream_index,
+        deposit_bytes_, mode_name(expected_bytes_word()));
   }
   return Status::ok();
 }
@@ -544,6 +589,66 @@ void OneShotPhase::reduce_in_ring_order(TaskContext& context, int block, size_t 
   for (int step = 3; step <= n; ++step) {
     reduce_chunk(spec_, out, 1.0, input(step), spec_.scale, out, count);
   }
+}
+
+void OneShotPhase::reduce_in_rank_order(TaskContext& context, size_t first, size_t count,
+                                        char* out) const {
+  if (count == 0) return;
+  const uint64_t parity = sequence_ & 1;
+  const size_t offset = first * spec_.element_size;
+  reduce_chunk(spec_, deposit_of(context, 0, parity) + offset, spec_.scale,
+               deposit_of(context, 1, parity) + offset, spec_.scale, out, count);
+  for (int rank = 2; rank < context.size; ++rank) {
+    reduce_chunk(spec_, out, 1.0, deposit_of(context, rank, parity) + offset, spec_.scale, out,
+                 count);
+  }
+}
+
+void OneShotPhase::reduce_own_block(TaskContext& context, CollTask& task) {
+  const int rank = context.rank;
+  const BlockLayout layout = BlockLayout::split(count_, context.size);
+  const size_t first = layout.offset(rank);
+  const size_t bytes = layout.length(rank) * spec_.element_size;
+  char* out = output_ + first * spec_.element_size;
+  if (order_ == OneShotOrder::kRing) {
+    reduce_in_ring_order(context, rank, first, layout.length(rank), out);
+  } else {
+    reduce_in_rank_order(context, first, layout.length(rank), out);
+  }
+  // Over this rank's input block: the peers read only their own blocks of this slot.
+  OneShotArena& arena = context.resources->one_shot;
+  const uint64_t parity = sequence_ & 1;
+  if (bytes > 0) {
+    std::memcpy(slot_data(arena.ranks, rank, parity, deposit_bytes_) + first * spec_.element_size,
+                out, bytes);
+  }
+  store_release(reduced_word(arena.own, parity), sequence_ + 1);
+  task.add_received(static_cast<uint64_t>(context.size - 1) * bytes);
+  task.add_sent(static_cast<uint64_t>(context.size - 1) * bytes);
+  task.advanced();
+}
+
+// From the next rank on, as read_peers does; `next_peer_` counts the steps from 1.
+void OneShotPhase::copy_reduced_blocks(TaskContext& context, CollTask& task, bool* all) {
+  OneShotArena& arena = context.resources->one_shot;
+  const uint64_t parity = sequence_ & 1;
+  const BlockLayout layout = BlockLayout::split(count_, context.size);
+  *all = false;
+  for (; next_peer_ < context.size; ++next_peer_) {
+    const int peer = ring_mod(context.rank + next_peer_, context.size);
+    if (load_acquire(reduced_word(arena.ranks[peer], parity)) != sequence_ + 1) {
+      task.note_waiting(peer);
+      return;
+    }
+    const size_t at = layout.offset(peer) * spec_.element_size;
+    const size_t bytes = layout.length(peer) * spec_.element_size;
+    if (bytes > 0) {
+      std::memcpy(output_ + at, slot_data(arena.ranks, peer, parity, deposit_bytes_) + at, bytes);
+    }
+    task.add_received(bytes);
+    task.advanced();
+  }
+  *all = true;
 }
 
 Status OneShotPhase::read_peers(TaskContext& context) {
@@ -678,12 +783,7 @@ Status OneShotPhase::assemble(TaskContext& context) {
     }
     return Status::ok();
   }
-  reduce_chunk(spec_, deposit_of(context, 0, parity), spec_.scale, deposit_of(context, 1, parity),
-               spec_.scale, output_, count_);
-  for (int rank = 2; rank < n; ++rank) {
-    reduce_chunk(spec_, output_, 1.0, deposit_of(context, rank, parity), spec_.scale, output_,
-                 count_);
-  }
+  reduce_in_rank_order(context, 0, count_, output_);
   return Status::ok();
 }
 

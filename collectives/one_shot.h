@@ -37,6 +37,14 @@
 // input is the caller's, a rank then waits (step 6) until every peer has finished, that is read
 // it, before its collective completes.
 //
+// The `two-shot` all-reduce (the table's `twoshot`) deposits and waits as above, then each rank
+// reduces only its block of the ring's layout, in the same order, into its output and into its
+// own slot over its input's block (a region only this rank reads), publishes `reduced[k % 2] =
+// k + 1`, waits for every peer's and copies each peer's reduced block out of the peer's slot
+// before `finished`. Each input is read once instead of N times, for one more wait: the ring's
+// traffic in two steps instead of 2(N - 1). Its deposit's byte count is marked, so that a peer
+// running one-shot for the same call fails on the header check.
+//
 // The phase never blocks: each progress call moves what it can. It runs on the progress thread,
 // or, when its stream is idle, on the calling thread (Task::runs_inline, lib/engine/
 // inline_run.cc): it touches neither the transport nor the stream's scratch once the handshake
@@ -100,13 +108,16 @@ class OneShotPhase final : public Phase {
   Status start_fingerprint(TaskContext&, CollTask&) override { return Status::ok(); }
   bool waits_on_memory() const override { return true; }
 
+  // all-reduce only: the two-shot mode above.
+  void set_two_shot() { two_shot_ = true; }
+
   // The phase follows another of its task that announced the call (the ring all-reduce's
   // reduce-scatter before a cma all-gather): a peer's announcement of the same call is then that
   // peer still in the first part, not a mismatch, and is not looked at.
   void set_after_announced_phase() { after_announced_phase_ = true; }
 
  private:
-  enum class Step { kHandshake, kCredit, kWait, kDrain, kDone };
+  enum class Step { kHandshake, kCredit, kWait, kShare, kDrain, kDone };
 
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
   Status move(TaskContext& context, CollTask& task, bool* done);
@@ -123,6 +134,12 @@ class OneShotPhase final : public Phase {
   const char* deposit_of(TaskContext& context, int rank, uint64_t parity) const;
   Status check_announced_call(CollTask& task, int peer, char* arena) const;
   Status assemble(TaskContext& context);
+  // two-shot: reduces this rank's block into the output and its slot, and publishes it.
+  void reduce_own_block(TaskContext& context, CollTask& task);
+  // two-shot: copies the peers' reduced blocks as they publish them; `all` once every one is in.
+  void copy_reduced_blocks(TaskContext& context, CollTask& task, bool* all);
+  // After the reads: `finished = k + 1`, then the drain (cma) or done.
+  void finish_reads(TaskContext& context, CollTask& task);
   // cma: copies every peer's block out of its process into the output.
   Status read_peers(TaskContext& context);
   // cma: whether every peer has finished this collective, that is read this rank's input.
@@ -133,6 +150,8 @@ class OneShotPhase final : public Phase {
   // for block `block`: ((x[block+1] + x[block+2]) + ...) + x[block].
   void reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
                             char* out) const;
+  // The same elements in rank order: ((x0 + x1) + x2) + ...
+  void reduce_in_rank_order(TaskContext& context, size_t first, size_t count, char* out) const;
 
   zrt_coll_kind_t kind_;
   const char* input_;
@@ -153,6 +172,7 @@ class OneShotPhase final : public Phase {
   std::vector<PostedOp> key_recvs_;
   bool keys_posted_ = false;
   bool after_announced_phase_ = false;
+  bool two_shot_ = false;
 };
 
 }  // namespace zrt

@@ -40,10 +40,11 @@ constexpr SettingSpec kSpecs[] = {
      .type = SettingType::kEnum,
      .default_value = "auto",
      .doc = "collective algorithm: auto chooses by size and rank count; the others force one "
-            "(ring and oneshot also for reduce-scatter and all-gather; oneshot only on one host, "
-            "on a communicator's first 4 streams and up to its 1 MiB slot; cma for all-gather "
-            "only, on one host where ranks may read each other's memory)",
-     .accepts = "auto|ring|rd|direct|oneshot|cma"},
+            "(ring and oneshot also for reduce-scatter and all-gather; oneshot and twoshot only "
+            "on one host, on a communicator's first 4 streams and up to its 1 MiB slot; twoshot "
+            "for all-reduce only; cma for all-gather only, on one host where ranks may read each "
+            "other's memory)",
+     .accepts = "auto|ring|rd|direct|oneshot|twoshot|cma"},
     // Read by the communicator (collectives/algorithm.h: the format, and what a bad file says).
     {.id = SettingId::kAlgoTable,
      .name = "ZRT_ALGO_TABLE",
@@ -317,6 +318,7 @@ AllReduceAlgorithm all_reduce_algorithm(const std::string& name) {
   if (name == "rd") return AllReduceAlgorithm::kRecursiveDoubling;
   if (name == "oneshot") return AllReduceAlgorithm::kOneShot;
   if (name == "cma") return AllReduceAlgorithm::kCma;
+  if (name == "twoshot") return AllReduceAlgorithm::kTwoShot;
   return AllReduceAlgorithm::kAuto;
 }
 

@@ -114,7 +114,15 @@ void log_settings_once(const Settings& settings);
 
 // A ZRT_ALGO name (SettingValue::text) as the all-reduce algorithm to run (kAuto: chosen by size
 // and rank count).
-enum class AllReduceAlgorithm { kAuto, kRing, kDirect, kRecursiveDoubling, kOneShot, kCma };
+enum class AllReduceAlgorithm {
+  kAuto,
+  kRing,
+  kDirect,
+  kRecursiveDoubling,
+  kOneShot,
+  kCma,
+  kTwoShot,
+};
 AllReduceAlgorithm all_reduce_algorithm(const std::string& name);
 
 }  // namespace zrt

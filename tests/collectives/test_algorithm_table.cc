@@ -40,13 +40,17 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 3, 8), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, 1 << 20), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kReduceScatter, 4, (1 << 20) + 4), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 128 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (128 << 10) + 4), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, 256 << 10), "oneshot");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, (256 << 10) + 4), "ring");
-  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 512 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 32 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (32 << 10) + 4), "twoshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 1 << 20), "twoshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (1 << 20) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, 8 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, (8 << 10) + 4), "twoshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 8, (1 << 20) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 32 << 10), "oneshot");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 512 << 10), "twoshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, (512 << 10) + 4), "ring");
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 9, 64 << 10), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 8, 256 << 10), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8 << 10), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, (8 << 10) + 8), "cma");
@@ -66,6 +70,12 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 2, 8, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4, "oneshot"), "ring");
+  // Two-shot runs in the one-shot arena: unavailable with it, forced or in a row.
+  EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 256 << 10, "oneshot"), "ring");
+  EXPECT_STREQ(choose_algorithm("twoshot", nullptr, TableOp::kAllReduce, 4, 8, "oneshot"),
+               "direct");
+  EXPECT_STREQ(choose_algorithm("twoshot", nullptr, TableOp::kAllReduce, 4, 8), "twoshot");
+  EXPECT_STREQ(choose_algorithm("twoshot", nullptr, TableOp::kReduceScatter, 4, 8), "oneshot");
   EXPECT_STREQ(builtin.find(TableOp::kAllGather, 2, 8, Unavailable("oneshot", "cma")), "ring");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 65, 8), "ring");
   for (TableOp op : {TableOp::kReduceScatter, TableOp::kAllGather, TableOp::kAllReduce}) {
@@ -206,7 +216,8 @@ TEST(AlgorithmPlan, AgreesWithChooseAlgorithmAtEveryBoundary) {
   const AllReduceAlgorithm forced_values[] = {
       AllReduceAlgorithm::kAuto,    AllReduceAlgorithm::kRing,
       AllReduceAlgorithm::kDirect,  AllReduceAlgorithm::kRecursiveDoubling,
-      AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kCma};
+      AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kCma,
+      AllReduceAlgorithm::kTwoShot};
   std::vector<uint64_t> sizes{0, 1, kAnyBytes - 1, kAnyBytes};
   for (const AlgorithmTable* table : {&AlgorithmTable::builtin(), &file}) {
     for (const AlgorithmRow& row : table->rows()) {
@@ -278,7 +289,7 @@ TEST(AlgorithmTable, BadRowsNameTheLineAndTheProblem) {
        "t.table: line 3: all_gather has no algorithm 'direct' "
        "(it has: ring, oneshot, cma)"},
       {"all_reduce * * tree\n",
-       "all_reduce has no algorithm 'tree' (it has: ring, direct, rd, oneshot)"},
+       "all_reduce has no algorithm 'tree' (it has: ring, direct, rd, oneshot, twoshot)"},
   };
   for (const Case& c : cases) {
     const std::string message = error_of(c.text);

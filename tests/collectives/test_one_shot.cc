@@ -1,15 +1,15 @@
 // The one-shot collectives (collectives/one_shot.h) on real ranks of one host, forced as
 // ZRT_ALGO=oneshot does: all-reduce, reduce-scatter and all-gather at N = 2, 3, 4 and 8, f32,
 // f64, bf16 and i32, odd counts, in place and out of place, at and just past the arena slot
-// (past it the ring runs). Reductions are compared bit for bit with a serial reduction through
-// the same kernels in the order of the algorithm one-shot stands in for: the ring's for a
-// reduce-scatter and for an all-reduce the ring would run, rank order for one the direct
-// all-reduce would run; gathers byte for byte. Then the same calls through the ring or the
-// direct all-reduce themselves, bit for bit, at N = 3 and 4 where orders differ. Then hundreds
-// of calls back to back without a wait between (the slots' parity and credits wrap many
-// times, the progress thread runs them) mixed with large ring collectives on the same stream,
-// calls completing on the submitting thread, the byte counters, and a late or dead peer: every
-// survivor's error within the timeout.
+// (past it the ring runs); the two-shot all-reduce (ZRT_ALGO=twoshot) alike. Reductions are
+// compared bit for bit with a serial reduction through the same kernels in the order of the
+// algorithm one-shot stands in for: the ring's for a reduce-scatter and for an all-reduce the ring
+// would run, rank order for one the direct all-reduce would run; gathers byte for byte. Then the
+// same calls through the ring or the direct all-reduce themselves, bit for bit, at N = 3 and 4
+// where orders differ. Then hundreds of calls back to back without a wait between (the slots'
+// parity and credits wrap many times, the progress thread runs them) mixed with large ring
+// collectives on the same stream, calls completing on the submitting thread, the byte counters, and
+// a late or dead peer: every survivor's error within the timeout.
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -211,17 +212,72 @@ TEST_P(OneShotRanks, ExactAndInTheReplacedAlgorithmsOrderAtEverySizeUpToTheSlotA
 INSTANTIATE_TEST_SUITE_P(Ranks, OneShotRanks, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
+// The two-shot all-reduce: each rank's block (unequal where N does not divide the count, empty
+// where the count is below N) reduced in the replaced algorithm's order, then gathered.
+class TwoShotRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(TwoShotRanks, ExactAndInTheReplacedAlgorithmsOrderAtEverySizeUpToTheSlotAndPast) {
+  expect_ranks_pass(GetParam(), [](int rank, int size) {
+    Rig rig;
+    rig.algorithm = AllReduceAlgorithm::kTwoShot;
+    rig.check_order = size % 2;
+    ASSERT_OK(rig.init(rank, size, "two_shot_exact"));
+    for (zrt_dtype_t dtype : {ZRT_F32, ZRT_F64, ZRT_BF16, ZRT_I32}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{7}, size_t{1001}}) {
+        for (bool in_place : {false, true}) {
+          check_one(rig, ZRT_COLL_ALL_REDUCE, dtype, count, in_place, ZRT_SUM, false);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+    // The ring's range (past the direct all-reduce's), averaged; at the slot and past it.
+    check_one(rig, ZRT_COLL_ALL_REDUCE, ZRT_F32, 20011, false, ZRT_AVG, false);
+    if (::testing::Test::HasFatalFailure()) return;
+    const size_t per_slot = kOneShotSlotBytes / 4;
+    for (size_t count : {per_slot - 1, per_slot}) {
+      check_one(rig, ZRT_COLL_ALL_REDUCE, ZRT_F32, count, true, ZRT_SUM, false);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    check_one(rig, ZRT_COLL_ALL_REDUCE, ZRT_F32, per_slot + 1, false, ZRT_SUM, true);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TwoShotRanks, ::testing::Values(2, 3, 4, 8),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Rank 0 runs an all-reduce by one-shot, the others by two-shot (ZRT_ALGO differs across
+// ranks): each sees a peer's header marked the other way and fails at once, naming two-shot,
+// instead of a two-shot rank waiting out the timeout for a reduced block never published.
+TEST(TwoShot, AModeMismatchAcrossRanksIsAnErrorOnEveryRank) {
+  expect_ranks_pass(3, [](int rank, int size) {
+    Rig rig;
+    rig.algorithm = rank == 0 ? AllReduceAlgorithm::kOneShot : AllReduceAlgorithm::kTwoShot;
+    ASSERT_OK(rig.init(rank, size, "two_shot_mismatch", 10000));
+    std::vector<float> in(1000, 1.0f), out(1000);
+    const auto start = std::chrono::steady_clock::now();
+    const Status status =
+        rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 1000, ZRT_F32));
+    ASSERT_FALSE(status.is_ok()) << "rank " << rank << " reduced across modes";
+    EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
+    EXPECT_NE(status.message().find("by two-shot"), std::string::npos) << status.message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  });
+}
+
 // The same inputs through one-shot and through the algorithm it stands in for (the ring's
-// mapped windows, the tagged ring, the direct all-reduce), on communicators of the same ranks:
+// mapped windows, the tagged ring, the direct all-reduce) and two-shot, on communicators of the
+// same ranks:
 // equal bit for bit, so the table's choice between them never shows in a result. Where the
 // orders differ (N >= 3): f32 and bf16, odd counts, sum and average, both all-reduce ranges.
 void same_bits_as_the_replaced_algorithm(int rank, int size) {
-  Rig one_shot, window_ring, tagged_ring, direct;
+  Rig one_shot, two_shot, window_ring, tagged_ring, direct;
   one_shot.algorithm = AllReduceAlgorithm::kOneShot;
+  two_shot.algorithm = AllReduceAlgorithm::kTwoShot;
   window_ring.algorithm = tagged_ring.algorithm = AllReduceAlgorithm::kRing;
   tagged_ring.windows = false;
   direct.algorithm = AllReduceAlgorithm::kDirect;
   ASSERT_OK(one_shot.init(rank, size, "one_shot_bits_oneshot"));
+  ASSERT_OK(two_shot.init(rank, size, "one_shot_bits_twoshot"));
   ASSERT_OK(window_ring.init(rank, size, "one_shot_bits_window"));
   ASSERT_OK(tagged_ring.init(rank, size, "one_shot_bits_tagged"));
   ASSERT_OK(direct.init(rank, size, "one_shot_bits_direct"));
@@ -240,6 +296,10 @@ void same_bits_as_the_replaced_algorithm(int rank, int size) {
             collective_args(ZRT_COLL_ALL_REDUCE, in.data(), theirs.data(), count, dtype, op)));
         ASSERT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
             << "all_reduce " << count << " x " << dtype_name(dtype) << " N=" << size;
+        ASSERT_OK(two_shot.run(
+            collective_args(ZRT_COLL_ALL_REDUCE, in.data(), theirs.data(), count, dtype, op)));
+        ASSERT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0)
+            << "all_reduce (two-shot) " << count << " x " << dtype_name(dtype) << " N=" << size;
         if (&replaced == &window_ring) {
           ASSERT_OK(tagged_ring.run(
               collective_args(ZRT_COLL_ALL_REDUCE, in.data(), theirs.data(), count, dtype, op)));
@@ -271,8 +331,9 @@ TEST(OneShot, ResultsAreBitForBitThoseOfTheAlgorithmItStandsIn) {
 // 300 one-shot collectives enqueued without a wait between them, every 50th followed by a
 // 4 MiB ring all-reduce, then one synchronize: the slots' parity and credits wrap 150 times on
 // the progress thread, and the ring's windows share the stream.
-void back_to_back(int rank, int size) {
+void back_to_back(int rank, int size, std::optional<AllReduceAlgorithm> algorithm) {
   Rig rig;
+  rig.algorithm = algorithm;
   ASSERT_OK(rig.init(rank, size, "one_shot_back_to_back"));
   constexpr int kCalls = 300;
   constexpr size_t kCount = 257;
@@ -319,7 +380,12 @@ void back_to_back(int rank, int size) {
 }
 
 TEST(OneShot, BackToBackCallsWrapSlotsAndCreditsAmongLargeCollectives) {
-  for (int size : {2, 4}) expect_ranks_pass(size, back_to_back);
+  for (int size : {2, 4}) {
+    expect_ranks_pass(size, [](int rank, int n) { back_to_back(rank, n, std::nullopt); });
+  }
+  // The all-reduces by two-shot: its `reduced` words wrap with the slots.
+  expect_ranks_pass(3,
+                    [](int rank, int n) { back_to_back(rank, n, AllReduceAlgorithm::kTwoShot); });
 }
 
 // After the stream's first one-shot collective (the arenas' handshake) a call whose peers are
@@ -343,9 +409,13 @@ Status submit_all_reduce(Rig& rig, int rank, int size, std::vector<float>& in,
   return Status::ok();
 }
 
-TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
+class OneShotModes : public ::testing::TestWithParam<AllReduceAlgorithm> {};
+
+// At N = 2 two-shot counts what one-shot does: half the input each way for each half.
+TEST_P(OneShotModes, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
   expect_ranks_pass(2, [](int rank, int size) {
     Rig rig;
+    rig.algorithm = GetParam();
     constexpr size_t kCount = 512;
     std::vector<float> in(kCount, static_cast<float>(rank + 1)), out(kCount);
     ASSERT_OK(start_inline_rig(rig, rank, size, "one_shot_inline", in, out));
@@ -368,6 +438,11 @@ TEST(OneShot, CallsCompleteOnTheSubmittingThreadAndCountTheirBytes) {
     EXPECT_EQ(counted.bytes_received, uint64_t{kCalls} * kCount * sizeof(float));
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, OneShotModes,
+                         ::testing::Values(AllReduceAlgorithm::kOneShot,
+                                           AllReduceAlgorithm::kTwoShot),
+                         [](const auto& info) { return std::string(algorithm_name(info.param)); });
 
 // Calls submitted behind a barrier (a tagged collective on the progress thread) queue only
 // while it is pending: once it completes, the next submission waits for the calls queued behind
@@ -402,11 +477,12 @@ TEST(OneShot, CallsBehindABarrierReturnToTheSubmittingThread) {
 }
 
 // A late or dead peer (tests/collectives/late_peer.h) during a one-shot all-reduce.
-void late_or_dead_peer(bool dies) {
+void late_or_dead_peer(bool dies, AllReduceAlgorithm algorithm) {
   std::vector<float> in(64, 1.0f), out(64);
   expect_survivors_fail_without_rank2(
       dies,
-      [dies](Rig& rig, int rank, int size, int64_t timeout_ms) {
+      [dies, algorithm](Rig& rig, int rank, int size, int64_t timeout_ms) {
+        rig.algorithm = algorithm;
         return rig.init(rank, size, dies ? "one_shot_dead" : "one_shot_late", timeout_ms);
       },
       [&](Rig& rig) {
@@ -414,12 +490,12 @@ void late_or_dead_peer(bool dies) {
       });
 }
 
-TEST(OneShot, ALatePeerTimesOutOnEverySurvivor) {
-  late_or_dead_peer(false);
+TEST_P(OneShotModes, ALatePeerTimesOutOnEverySurvivor) {
+  late_or_dead_peer(false, GetParam());
 }
 
-TEST(OneShot, ADeadPeerFailsEverySurvivorWithinTheTimeout) {
-  late_or_dead_peer(true);
+TEST_P(OneShotModes, ADeadPeerFailsEverySurvivorWithinTheTimeout) {
+  late_or_dead_peer(true, GetParam());
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ TEST(TuneAlgorithms, RenderNamesEveryCandidateAndTheFastest) {
   const std::string text =
       render_sweeps({sweep(2, {{4096, {{"ring", 9.5}, {"direct", 5.25}, {"rd", 6}}}})});
   EXPECT_NE(text.find("all_reduce at 2 ranks"), std::string::npos) << text;
-  EXPECT_NE(text.find("4 KiB      9.50      5.25      6.00         -  direct"), std::string::npos)
+  EXPECT_NE(text.find("4 KiB      9.50      5.25      6.00         -         -  direct"),
+            std::string::npos)
       << text;
 }
 
