@@ -15,7 +15,10 @@ Binding is alike on both sides: mpirun binds each rank to a core by default when
 the cores (np <= 2) and not at all when oversubscribed, so zrt-run gets --bind under the same
 rule (--zrt-bind on|off overrides). Unbound, two ranks' threads share one core in about half of
 the runs here, and a 4 KiB call then takes ~10 us instead of ~1.3 us (mpirun --report-bindings
-shows MPI's).
+shows MPI's). With --bind-all both sides bind at every N, oversubscribed too: zrt-run --bind
+deals the ranks round robin over the cores, mpirun gets --map-by core:OVERSUBSCRIBE --bind-to
+core:overload-allowed (the same placement); unbound, 4 ranks on 2 cores are bimodal on both
+sides from run to run, by which ranks the scheduler puts together.
 
 With --registered, zrt-bench's buffers come from zrt_mem_alloc (its -R 1, as nccl-tests' -R
 registers buffers): peers on the host read an all-gather's input through a mapping instead of a
@@ -24,6 +27,7 @@ kernel copy. Open MPI's buffers stay ordinary memory.
   bench/peers/compare.py --build build            # zrt-run, zrt-bench, mpi_bench from there
   bench/peers/compare.py --build build --ranks 2 --rounds 5 -b 4K -e 4M
   bench/peers/compare.py --build build --registered
+  bench/peers/compare.py --build build --bind-all
 """
 import argparse
 import os
@@ -64,6 +68,8 @@ def run(argv, env=None, timeout=900):
 
 
 def zrt_binds(args, n):
+    if args.bind_all:
+        return True
     if args.zrt_bind == "auto":
         return n <= (os.cpu_count() or 1)
     return args.zrt_bind == "on"
@@ -79,6 +85,8 @@ def command(config, args, n, sweep):
             args.zrt_bench, "-c", "0", "--no-progress"] + registered + sweep, {
                 "ZRT_CHECK": os.environ.get("ZRT_CHECK", "0")}
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(n)]
+    if args.bind_all:
+        mpirun += ["--map-by", "core:OVERSUBSCRIBE", "--bind-to", "core:overload-allowed"]
     env = {}
     if config == "mpi-heap":
         mpirun += ["-x", "GLIBC_TUNABLES"]
@@ -140,6 +148,9 @@ def main():
                         "were 60 us, within one scheduler tick)")
     parser.add_argument("--zrt-bind", choices=["auto", "on", "off"], default="auto",
                         help="zrt-run --bind: auto (when N <= cores, as mpirun binds), on, off")
+    parser.add_argument("--bind-all", action="store_true",
+                        help="bind every rank to a core on both sides, also when N > cores "
+                        "(round robin, as zrt-run --bind deals them)")
     parser.add_argument("--registered", action="store_true",
                         help="zrt-bench -R 1: zrt's buffers from zrt_mem_alloc")
     args = parser.parse_args()
@@ -181,8 +192,12 @@ def main():
           f"{args.rounds} interleaved rounds; MPI busbw in GB/s, best of defaults (d) and "
           f"heap-recycled (h)")
     bound = [str(n) for n in ranks if zrt_binds(args, n)]
-    print(f"# zrt-run --bind at N = {', '.join(bound) if bound else 'none'} (mpirun binds to "
-          f"cores when the ranks fit them)")
+    if args.bind_all:
+        print("# both sides bound at every N (--bind-all: ranks dealt round robin over the "
+              "cores)")
+    else:
+        print(f"# zrt-run --bind at N = {', '.join(bound) if bound else 'none'} (mpirun binds "
+              f"to cores when the ranks fit them)")
     if args.registered:
         print("# zrt's buffers from zrt_mem_alloc (zrt-bench -R 1); Open MPI's ordinary memory")
     print("| op | N | size | zrt busbw | MPI busbw | out of place | zrt busbw in place | "

@@ -34,11 +34,11 @@ std::vector<std::string> candidates(TableOp op) {
   return names;
 }
 
-// Whether `name` runs at `size` (zrt-bench's size column) on `ranks` ranks: a one-shot deposit
-// beyond the arena slot passes the forced row over, and the time measured there would be the
-// fallback's under one-shot's name.
+// Whether `name` runs at `size` (zrt-bench's size column) on `ranks` ranks: a one-shot or
+// two-shot deposit beyond the arena slot passes the forced row over, and the time measured there
+// would be the fallback's under that name.
 bool runs_at(TableOp op, const std::string& name, uint64_t size, int ranks) {
-  if (name != kOneShotAlgorithm) return true;
+  if (name != kOneShotAlgorithm && name != kTwoShotAlgorithm) return true;
   const uint64_t deposit = op == TableOp::kAllGather ? size / static_cast<uint64_t>(ranks) : size;
   return deposit <= kOneShotSlotBytes;
 }
