@@ -87,8 +87,10 @@ class Unavailable {
  public:
   Unavailable(const char* first = "", const char* second = "") : first_(first), second_(second) {}
   bool has(std::string_view name) const {
-    if (name == kTwoShotAlgorithm) name = kOneShotAlgorithm;
-    return !name.empty() && (name == first_ || name == second_);
+    if (name.empty()) return false;
+    if (name == first_ || name == second_) return true;
+    return name == kTwoShotAlgorithm &&
+           (first_ == kOneShotAlgorithm || second_ == kOneShotAlgorithm);
   }
 
  private:

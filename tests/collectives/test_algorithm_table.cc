@@ -71,6 +71,10 @@ TEST(AlgorithmTable, BuiltinParsesAndKeepsTheMeasuredCrossover) {
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 64 << 10, "oneshot"), "direct");
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, (64 << 10) + 4, "oneshot"), "ring");
   // Two-shot runs in the one-shot arena: unavailable with it, forced or in a row.
+  EXPECT_TRUE(Unavailable("oneshot").has("twoshot"));
+  EXPECT_TRUE(Unavailable("cma", "twoshot").has("twoshot"));
+  EXPECT_FALSE(Unavailable("twoshot").has("oneshot"));
+  EXPECT_FALSE(Unavailable("cma").has("twoshot"));
   EXPECT_STREQ(builtin.find(TableOp::kAllReduce, 4, 256 << 10, "oneshot"), "ring");
   EXPECT_STREQ(choose_algorithm("twoshot", nullptr, TableOp::kAllReduce, 4, 8, "oneshot"),
                "direct");

@@ -223,7 +223,9 @@ TEST_P(TwoShotRanks, ExactAndInTheReplacedAlgorithmsOrderAtEverySizeUpToTheSlotA
     rig.check_order = size % 2;
     ASSERT_OK(rig.init(rank, size, "two_shot_exact"));
     for (zrt_dtype_t dtype : {ZRT_F32, ZRT_F64, ZRT_BF16, ZRT_I32}) {
-      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{7}, size_t{1001}}) {
+      // 1-4: deposits inside the slot's header line, over which each rank writes its block.
+      for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5},
+                           size_t{7}, size_t{1001}}) {
         for (bool in_place : {false, true}) {
           check_one(rig, ZRT_COLL_ALL_REDUCE, dtype, count, in_place, ZRT_SUM, false);
           if (::testing::Test::HasFatalFailure()) return;
@@ -247,20 +249,60 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TwoShotRanks, ::testing::Values(2, 3, 4, 8),
 
 // Rank 0 runs an all-reduce by one-shot, the others by two-shot (ZRT_ALGO differs across
 // ranks): each sees a peer's header marked the other way and fails at once, naming two-shot,
-// instead of a two-shot rank waiting out the timeout for a reduced block never published.
+// instead of a two-shot rank waiting out the timeout for a reduced block never published. With
+// the order checker off and on, and a count one-shot deposits tiny (in its 16-byte line).
 TEST(TwoShot, AModeMismatchAcrossRanksIsAnErrorOnEveryRank) {
   expect_ranks_pass(3, [](int rank, int size) {
+    for (int check : {0, 1}) {
+      for (size_t count : {size_t{1}, size_t{1000}}) {
+        Rig rig;
+        rig.algorithm = rank == 0 ? AllReduceAlgorithm::kOneShot : AllReduceAlgorithm::kTwoShot;
+        rig.check_order = check;
+        ASSERT_OK(
+            rig.init(rank, size, fmt::format("two_shot_mismatch_{}_{}", check, count), 10000));
+        std::vector<float> in(count, 1.0f), out(count);
+        const auto start = std::chrono::steady_clock::now();
+        const Status status =
+            rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), count, ZRT_F32));
+        const std::string what =
+            fmt::format("rank {}, checker {}, {} elements", rank, check, count);
+        ASSERT_FALSE(status.is_ok()) << what << ": reduced across modes";
+        EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << what << ": " << status.message();
+        EXPECT_NE(status.message().find("two-shot"), std::string::npos)
+            << what << ": " << status.message();
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << what;
+      }
+    }
+  });
+}
+
+// What each rank counts is what its peers read of its slot, as if sent: its input but its own
+// block (each peer's block, to reduce), then its reduced block once per peer; received alike.
+// At N = 3 with unequal blocks that is count + (N - 2) x its block, one-shot's (N - 1) x count:
+// the counters also show that two-shot ran.
+TEST(TwoShot, CountsWhatThePeersReadOfEachSlot) {
+  expect_ranks_pass(3, [](int rank, int size) {
     Rig rig;
-    rig.algorithm = rank == 0 ? AllReduceAlgorithm::kOneShot : AllReduceAlgorithm::kTwoShot;
-    ASSERT_OK(rig.init(rank, size, "two_shot_mismatch", 10000));
-    std::vector<float> in(1000, 1.0f), out(1000);
-    const auto start = std::chrono::steady_clock::now();
-    const Status status =
-        rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), 1000, ZRT_F32));
-    ASSERT_FALSE(status.is_ok()) << "rank " << rank << " reduced across modes";
-    EXPECT_EQ(status.code(), ZRT_REMOTE_ERROR) << status.message();
-    EXPECT_NE(status.message().find("by two-shot"), std::string::npos) << status.message();
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    rig.algorithm = AllReduceAlgorithm::kTwoShot;
+    ASSERT_OK(rig.init(rank, size, "two_shot_counters"));
+    constexpr size_t kCount = 1001;  // blocks of 334, 334 and 333
+    std::vector<float> in(kCount, 1.0f), out(kCount);
+    ASSERT_OK(
+        rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
+    rig.engine->counters().reset();
+    constexpr int kCalls = 10;
+    for (int call = 0; call < kCalls; ++call) {
+      ASSERT_OK(
+          rig.run(collective_args(ZRT_COLL_ALL_REDUCE, in.data(), out.data(), kCount, ZRT_F32)));
+      ASSERT_EQ(out[kCount - 1], 3.0f);
+    }
+    zrt_comm_stats_t stats{};
+    rig.engine->counters().snapshot(&stats);
+    const zrt_coll_counters_t& counted = stats.per_kind[ZRT_COLL_ALL_REDUCE].user;
+    const uint64_t block = BlockLayout::split(kCount, size).length(rank);
+    const uint64_t per_call = (kCount + (size - 2) * block) * sizeof(float);
+    EXPECT_EQ(counted.bytes_sent, kCalls * per_call);
+    EXPECT_EQ(counted.bytes_received, kCalls * per_call);
   });
 }
 

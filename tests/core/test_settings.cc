@@ -192,6 +192,9 @@ TEST(Settings, AllReduceAlgorithmNames) {
   EXPECT_EQ(all_reduce_algorithm("ring"), AllReduceAlgorithm::kRing);
   EXPECT_EQ(all_reduce_algorithm("direct"), AllReduceAlgorithm::kDirect);
   EXPECT_EQ(all_reduce_algorithm("rd"), AllReduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(all_reduce_algorithm("oneshot"), AllReduceAlgorithm::kOneShot);
+  EXPECT_EQ(all_reduce_algorithm("twoshot"), AllReduceAlgorithm::kTwoShot);
+  EXPECT_EQ(all_reduce_algorithm("cma"), AllReduceAlgorithm::kCma);
 }
 
 }  // namespace
