@@ -21,7 +21,7 @@ constexpr const char* kCheckDefault = "0";
 constexpr const char* kCheckDefault = "1";
 #endif
 
-// The registry. The README's environment table lists the same rows (tests/core checks it).
+// The registry. docs/ENVIRONMENT.md's settings table lists the same rows (tests/core checks it).
 constexpr SettingSpec kSpecs[] = {
     {.id = SettingId::kLog,
      .name = "ZRT_LOG",

@@ -59,13 +59,15 @@ struct SettingSpec {
   int64_t min = 0;                // kInt only
   int64_t max = 0;                // kInt only
   int64_t multiple_of = 1;        // kInt only
-  // How the README states the default where it depends on the build; nullptr = default_value.
+  // How docs/ENVIRONMENT.md states the default where it depends on the build;
+  // nullptr = default_value.
   const char* default_doc = nullptr;
 };
 
 std::span<const SettingSpec> setting_specs();
 const SettingSpec& setting_spec(SettingId id);
-// What a setting accepts, for messages and the README: "0 or 1", "an integer in [2, 16]", ...
+// What a setting accepts, for messages and docs/ENVIRONMENT.md: "0 or 1", "an integer in
+// [2, 16]", ...
 std::string setting_accepts(const SettingSpec& spec);
 
 enum class SettingSource { kDefault, kEnvironment };

@@ -45,9 +45,9 @@ Status UcxWorker::create(const TransportOptions& options, std::unique_ptr<UcxWor
   // UCX 1.13's rendezvous over tcp moves 64 KiB messages at 0.175 GB/s a direction between two
   // simulated hosts where eager moves 0.51 (256 KiB: 0.40 against 0.56; equal from 1 MiB up;
   // bench/multihost/compare.py's tag_bw reference), and it took the two-level collectives' 256 KiB
-  // cells to 1.5-1.75x eager's time (README, "Measured"). The threshold is one for every
-  // transport in 1.13, so it is set only where the job crosses hosts; rendezvous stays above it,
-  // where an unexpected message would otherwise be buffered whole.
+  // cells to 1.5-1.75x eager's time (docs/MEASURED.md, "Across hosts"). The threshold is one
+  // for every transport in 1.13, so it is set only where the job crosses hosts; rendezvous stays
+  // above it, where an unexpected message would otherwise be buffered whole.
   if (options.spans_hosts) set_default(config, "RNDV_THRESH", kSpanningEagerLimit);
 
   ucp_params_t params{};

@@ -3,7 +3,7 @@
 // Communicator::split can create the worker first, exchange addresses over the parent
 // communicator, and only then wire a transport (see wire_ucx_transport).
 //
-// Choosing UCX's transports (this block is also the README's text):
+// Choosing UCX's transports (this block is also docs/ENVIRONMENT.md's text):
 //   zrt lets UCX pick, except that it leaves out posix shared memory (UCX_TLS=^posix unless
 //   UCX_TLS is set: its files in /dev/shm outlive a killed process). Between processes of one
 //   host UCX uses shared memory (sysv) for small

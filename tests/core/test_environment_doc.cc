@@ -1,6 +1,6 @@
-// README.md's environment table and the settings registry (lib/core/settings.cc) say the same:
-// the same variables, each with the same default, the same accepted values and the same doc.
-// ZRT_README_PATH is the source tree's README.md (tests/core/meson.build).
+// docs/ENVIRONMENT.md's settings table and the settings registry (lib/core/settings.cc) say the
+// same: the same variables, each with the same default, the same accepted values and the same doc.
+// ZRT_ENVIRONMENT_DOC_PATH is the source tree's docs/ENVIRONMENT.md (tests/core/meson.build).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -40,11 +40,11 @@ std::vector<std::string> cells(const std::string& line) {
   return result;
 }
 
-// The table that follows "## Environment": its header row, then one row per variable.
-std::map<std::string, Row> readme_rows(std::string* error) {
-  std::ifstream file(ZRT_README_PATH);
+// The table that follows "## Settings": its header row, then one row per variable.
+std::map<std::string, Row> document_rows(std::string* error) {
+  std::ifstream file(ZRT_ENVIRONMENT_DOC_PATH);
   if (!file) {
-    *error = std::string("cannot read ") + ZRT_README_PATH;
+    *error = std::string("cannot read ") + ZRT_ENVIRONMENT_DOC_PATH;
     return {};
   }
   std::map<std::string, Row> rows;
@@ -53,7 +53,7 @@ std::map<std::string, Row> readme_rows(std::string* error) {
   while (std::getline(file, line)) {
     if (line.rfind("## ", 0) == 0) {
       if (in_section) break;
-      in_section = line == "## Environment";
+      in_section = line == "## Settings";
       continue;
     }
     if (!in_section) continue;
@@ -65,25 +65,26 @@ std::map<std::string, Row> readme_rows(std::string* error) {
     if (line.rfind("|", 0) != 0) break;  // the table's end
     const std::vector<std::string> row = cells(line);
     if (row.size() != 4) {
-      *error = "README environment row without 4 cells: " + line;
+      *error = "docs/ENVIRONMENT.md settings row without 4 cells: " + line;
       return {};
     }
     const std::string name = without_backticks(row[0]);
-    if (rows.count(name) != 0) *error = name + " is listed twice in README.md";
+    if (rows.count(name) != 0) *error = name + " is listed twice in docs/ENVIRONMENT.md";
     rows[name] = Row{without_backticks(row[1]), row[2], row[3]};
   }
-  if (rows.empty() && error->empty()) *error = "README.md has no environment table";
+  if (rows.empty() && error->empty()) *error = "docs/ENVIRONMENT.md has no settings table";
   return rows;
 }
 
-TEST(ReadmeSettings, TableMatchesTheRegistry) {
+TEST(EnvironmentDoc, TableMatchesTheRegistry) {
   std::string error;
-  std::map<std::string, Row> rows = readme_rows(&error);
+  std::map<std::string, Row> rows = document_rows(&error);
   ASSERT_EQ(error, "");
   for (const SettingSpec& spec : setting_specs()) {
     auto found = rows.find(spec.name);
     if (found == rows.end()) {
-      ADD_FAILURE() << spec.name << " is in the registry but not in README.md's environment table";
+      ADD_FAILURE() << spec.name
+                    << " is in the registry but not in docs/ENVIRONMENT.md's settings table";
       continue;
     }
     const Row& row = found->second;
@@ -95,7 +96,7 @@ TEST(ReadmeSettings, TableMatchesTheRegistry) {
     rows.erase(found);
   }
   for (const auto& [name, row] : rows) {
-    ADD_FAILURE() << name << " is in README.md's environment table but not in the registry";
+    ADD_FAILURE() << name << " is in docs/ENVIRONMENT.md's settings table but not in the registry";
   }
 }
 
