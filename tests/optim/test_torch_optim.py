@@ -17,9 +17,10 @@ formulas follow the AVX2/AVX-512 kernels every x86-64 machine of the last decade
 
 import ctypes
 import math
+import os
 import sys
 
-SKIP = 77
+SKIP = 1 if os.environ.get("CI") == "true" else 77  # CI must run it: there a skip fails
 
 try:
     import numpy as np
