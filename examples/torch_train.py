@@ -1,6 +1,6 @@
 """A small GPT-like character model on /usr/share/dict/words, sharded by zrt.torch.
 
-    build/tools/zrt-run/zrt-run -n 2 /usr/bin/python3 examples/torch_train.py --stage 3
+    build/tools/zrt-run/zrt-run -n 2 /opt/zrt/venv/bin/python3 examples/torch_train.py --stage 3
 
 The training loop is torch's own: forward, loss.backward(), clip, step. zrt.torch.shard makes
 every parameter a tensor over zrt's memory; zrt gathers, reduces and shards them (ZeRO stage
@@ -91,7 +91,8 @@ model = GPT(len(chars), args.dim, args.layers, args.context)
 model.checkpointing = args.checkpointing
 config = zt.ShardConfig(param_dtype=torch.bfloat16 if args.bf16 else None,
                         persistence_threshold=1024, prefetch_next_step=args.stage == 3)
-sharded = zt.shard(model, stage=args.stage, comm=comm, config=config)
+model = zt.shard(model, stage=args.stage, comm=comm, config=config)
+sharded = model.zrt
 decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
 no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
 if args.optimizer == "zrt-adamw":

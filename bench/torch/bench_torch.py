@@ -87,7 +87,7 @@ class ZrtVariant:
         self.name = f"zrt{stage}"
         self.model = make_model()
         self.sharded = zt.shard(self.model, stage=stage,
-                                config=zt.ShardConfig(prefetch_next_step=stage == 3))
+                                config=zt.ShardConfig(prefetch_next_step=stage == 3)).zrt
         self.opt = zt.Optimizer(self.sharded, torch.optim.AdamW, lr=1e-4)
 
     def step(self, x):

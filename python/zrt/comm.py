@@ -6,7 +6,7 @@ zrt_comm_init_oob, so a job that already has a torch group needs no store of zrt
 """
 import ctypes
 
-from . import _lib
+from . import _exit, _lib
 from .errors import call, callback_failed
 
 
@@ -32,6 +32,12 @@ class Stream:
     def synchronize(self):
         call("zrt_stream_synchronize", self.handle)
 
+    def abort(self):
+        """Fails every pending and future operation on this communicator at once (local); a
+        destroy() afterwards closes its connections without waiting for the peers."""
+        if self.handle:
+            call("zrt_comm_abort", self.handle)
+
     def destroy(self):
         if self.handle:
             call("zrt_stream_destroy", self.handle)
@@ -44,6 +50,7 @@ class Comm:
     def __init__(self, handle):
         self.handle = handle
         self._stream = None
+        _exit.track(self)
 
     @classmethod
     def from_env(cls, timeout_s=None, name=None):
@@ -143,6 +150,12 @@ class Comm:
         stream = stream or self.stream()
         call("zrt_barrier", self.handle, stream.handle)
         stream.synchronize()
+
+    def abort(self):
+        """Fails every pending and future operation on this communicator at once (local); a
+        destroy() afterwards closes its connections without waiting for the peers."""
+        if self.handle:
+            call("zrt_comm_abort", self.handle)
 
     def destroy(self):
         if self.handle:

@@ -5,7 +5,7 @@ Pointers are returned as ints (addresses); the caller wraps them in its own tens
 """
 import ctypes
 
-from . import _lib
+from . import _exit, _lib
 from .errors import call
 
 _CONFIG_FIELDS = [name for name, _ in _lib.PartitionConfig._fields_
@@ -33,6 +33,7 @@ class Partition:
         self.handle = ctypes.c_void_p()
         call("zrt_partition_create", comm.handle, ctypes.byref(self.config),
              ctypes.byref(self.handle))
+        _exit.track(self)
 
     def add_unit(self, name):
         unit = ctypes.c_int()

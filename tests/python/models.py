@@ -89,3 +89,55 @@ def batch(name, step, world, rank, dtype=torch.float32):
 
 def loss_of(name, logits, y):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+class FusedAdamWReference(torch.optim.Optimizer):
+    """zrt's fused AdamW (zrt.torch.FusedOptimizer "adamw", lib/optim/optim_body.inc) in
+    Python, operation for operation: each f32 operation computed in float64 and rounded to f32
+    (exact for *, /, +, sqrt; an fma as a*b + c in float64, exact but for a double rounding
+    about once in 2**29), the constants rounded as the kernel rounds them. torch 1.13's AdamW
+    has these bits; torch 2.x's rounds differently (lerp_, other kernels), so on torch 2.x the
+    fused optimizer is compared with this class."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @staticmethod
+    def _f32(x):
+        if isinstance(x, torch.Tensor):
+            return x.float().double()
+        return torch.tensor(x, dtype=torch.float32).double()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        r = self._f32
+        for group in self.param_groups:
+            lr, (beta1, beta2) = float(group["lr"]), group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                step = state["step"].item()
+                g, w = p.grad.double(), p.double()
+                m, v = state["exp_avg"].double(), state["exp_avg_sq"].double()
+                if group["weight_decay"] != 0:
+                    w = r(w * r(1.0 - lr * group["weight_decay"]))
+                m = r(r(1.0 - beta1) * g + r(m * r(beta1)))
+                v = r(r(r(1.0 - beta2) * g) * g + r(v * r(beta2)))
+                bias2_sqrt = r(math.sqrt(1.0 - beta2 ** step))
+                denom = r(r(r(v.sqrt()) / bias2_sqrt) + r(group["eps"]))
+                w = r(w + r(r(r(-(lr / (1.0 - beta1 ** step))) * m) / denom))
+                p.copy_(w)
+                state["exp_avg"].copy_(m)
+                state["exp_avg_sq"].copy_(v)
+
+
+def fused_adamw_reference():
+    """The optimizer class whose bits zrt's fused AdamW has: torch's AdamW on torch 1.x,
+    FusedAdamWReference on torch 2.x."""
+    return torch.optim.AdamW if torch.__version__.startswith("1.") else FusedAdamWReference

@@ -15,7 +15,7 @@ def test_load_state_dict_round_trip(stage):
     model = models.make("gpt", seed=0)
     other = models.make("gpt", seed=1)
     sharded = zt.shard(model, stage=stage, comm=comm,
-                       config=zt.ShardConfig(persistence_threshold=0))
+                       config=zt.ShardConfig(persistence_threshold=0)).zrt
     sharded.load_state_dict(other.state_dict())
     x, _ = models.batch("gpt", 0, 1, 0)
     with torch.no_grad():
@@ -32,7 +32,7 @@ def test_load_state_dict_round_trip(stage):
 def test_parameters_are_zrt_memory_without_copies():
     comm = zrt.Comm.from_env()
     model = models.make("mlp")
-    sharded = zt.shard(model, stage=2, comm=comm)
+    sharded = zt.shard(model, stage=2, comm=comm).zrt
     for p in sharded.params:
         assert p.tensor.data_ptr() == sharded.pm.param_data(p.index)
         assert tuple(p.tensor.shape) == p.shape
@@ -52,7 +52,7 @@ def test_frozen_unit_and_frozen_parameters():
     for m in (model, reference):
         for p in m[1].parameters():
             p.requires_grad_(False)
-    sharded = zt.shard(model, stage=3, comm=comm, config=zt.ShardConfig(persistence_threshold=0))
+    sharded = zt.shard(model, stage=3, comm=comm, config=zt.ShardConfig(persistence_threshold=0)).zrt
     opt = zt.Optimizer(sharded, torch.optim.SGD, lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD([p for p in reference.parameters() if p.requires_grad], lr=0.1,
                               momentum=0.9)
@@ -92,7 +92,7 @@ def read_safetensors(path):
 def test_export_has_real_shapes_and_loads_into_the_model(tmp_path):
     comm = zrt.Comm.from_env()
     model = models.make("gpt")
-    sharded = zt.shard(model, stage=3, comm=comm)
+    sharded = zt.shard(model, stage=3, comm=comm).zrt
     path = tmp_path / "model.safetensors"
     sharded.export(path)
     tensors = read_safetensors(path)

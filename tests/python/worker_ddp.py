@@ -27,12 +27,18 @@ parser.add_argument("--optimizer", default="adamw")
 parser.add_argument("--checkpointing", action="store_true")
 parser.add_argument("--accum", type=int, default=1, help="micro-batches per step")
 parser.add_argument("--no-sync", action="store_true", help="all but the last without sync")
+parser.add_argument("--no-sync-in-zrt", action="store_true",
+                    help="ShardConfig(no_sync_accumulation): zrt accumulates, not torch's .grad")
 parser.add_argument("--save", default=None, help="zrt checkpoint folder after the steps")
 parser.add_argument("--resume", default=None, help="zrt checkpoint folder to start from")
 parser.add_argument("--no-ddp", action="store_true")
 parser.add_argument("--dump-loaded", action="store_true", help="write the parameters after load")
 parser.add_argument("--prefetch-depth", type=int, default=None)
 parser.add_argument("--offload", action="store_true", help="ShardConfig(offload_optimizer)")
+parser.add_argument("--units", choices=["default", "blocks", "reversed"], default="default",
+                    help="explicit units: the GPT's blocks (root parameters before and after "
+                         "them), or the same in reverse order")
+parser.add_argument("--compile", action="store_true", help="torch.compile the zrt model")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -44,6 +50,10 @@ rank, world = dist.get_rank(), dist.get_world_size()
 def make_opt(params):
     if args.optimizer in ("sgd", "zrt-sgd"):
         return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    if args.optimizer == "zrt-adamw":
+        # zrt's fused AdamW has torch 1.13's bits; torch 2.x's AdamW rounds exp_avg otherwise
+        # (lerp_), 1 ulp apart: DDP then runs the same arithmetic in Python.
+        return models.fused_adamw_reference()(params, lr=3e-3, weight_decay=0.01)
     return torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01)
 
 
@@ -127,11 +137,15 @@ def run(stage, out):
     reference = models.make(args.model)
     param_dtype = torch.bfloat16 if args.dtype == "bf16" else None
     config = zt.ShardConfig(param_dtype=param_dtype, persistence_threshold=0, alignment=4,
-                            bucket_bytes=4096, no_sync_accumulation=args.no_sync,
+                            bucket_bytes=4096, no_sync_accumulation=args.no_sync_in_zrt,
                             prefetch_depth=args.prefetch_depth,
                             offload_optimizer=args.offload,
                             optimizer_slots=1 if args.optimizer.endswith("sgd") else 2)
-    sharded = zt.shard(model, stage=stage, config=config)
+    units = None
+    if args.units != "default":
+        units = list(model.blocks) if args.units == "blocks" else list(reversed(model.blocks))
+    model = zt.shard(model, stage=stage, config=config, units=units)
+    sharded = model.zrt
     opt = make_zrt_opt(sharded)
     if args.resume:
         sharded.load(args.resume)
@@ -150,8 +164,9 @@ def run(stage, out):
     in_dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     start = sharded.pm.get_step()
     zrt_losses, ddp_losses = [], []
+    forward = torch.compile(model) if args.compile else model
     for step in range(start, start + args.steps):
-        zrt_losses.append(train(model, sharded.no_sync, step, in_dtype))
+        zrt_losses.append(train(forward, sharded.no_sync, step, in_dtype))
         opt.step()
         if not args.no_ddp:
             ddp_losses.append(train(ddp, ddp.no_sync, step, torch.float32))
@@ -159,7 +174,7 @@ def run(stage, out):
             ddp_opt.zero_grad()
     if args.save:
         sharded.save(args.save)
-    params = {k: v.float() for k, v in sharded.state_dict().items()}
+    params = {k: v.float() for k, v in model.state_dict().items()}  # gathered by zrt.torch
     gathered = [None] * world
     dist.all_gather_object(gathered, zrt_losses)
     if rank == 0:
@@ -167,7 +182,12 @@ def run(stage, out):
         if not args.no_ddp:
             torch.save({k: v.detach() for k, v in reference.state_dict().items()},
                        out + ".ddp.pt")
+    if args.compile:
+        from torch._dynamo.utils import counters
+        compiled = {"graphs": counters["stats"]["unique_graphs"],
+                    "graph_breaks": sum(counters["graph_break"].values())}
     result = {"zrt": zrt_losses, "ddp": ddp_losses, "zrt_all_ranks": gathered,
+              "compiled": compiled if args.compile else None,
               "step": sharded.pm.get_step(), "stats": sharded.stats(),
               "memory": sharded.memory()}
     sharded.close()

@@ -31,7 +31,7 @@ class Flaky(torch.optim.SGD):
 
 model = models.make("mlp")
 sharded = zt.shard(model, stage=int(sys.argv[1]), comm=comm,
-                   config=zt.ShardConfig(optimizer_slots=1, persistence_threshold=0))
+                   config=zt.ShardConfig(optimizer_slots=1, persistence_threshold=0)).zrt
 opt = zt.Optimizer(sharded, Flaky, lr=0.1, momentum=0.9)
 out = {}
 for step in range(3):

@@ -11,11 +11,12 @@ class ShardConfig:
 
     param_dtype: the dtype the model computes in (bfloat16 for mixed precision; the f32 master
     stays in zrt). reduce_dtype: gradient buckets and reductions. optimizer_slots: the f32 state
-    tensors per element the optimizer keeps (Adam/AdamW 2, SGD with momentum 1).
+    tensors per element the optimizer keeps (Adam/AdamW 2, SGD with momentum 1); None: the
+    optimizer wrapper sets it when it is built (zrt allocates 2 until then).
     offload_optimizer: master and optimizer state in host memory (ZeRO-Offload)."""
     param_dtype: Optional[torch.dtype] = None  # None: the model's dtype
     reduce_dtype: torch.dtype = torch.float32
-    optimizer_slots: int = 2
+    optimizer_slots: Optional[int] = None
     bucket_bytes: Optional[int] = None
     prefetch_depth: Optional[int] = None
     prefetch_bytes: Optional[int] = None
