@@ -52,7 +52,8 @@ def test_frozen_unit_and_frozen_parameters():
     for m in (model, reference):
         for p in m[1].parameters():
             p.requires_grad_(False)
-    sharded = zt.shard(model, stage=3, comm=comm, config=zt.ShardConfig(persistence_threshold=0)).zrt
+    config = zt.ShardConfig(persistence_threshold=0)
+    sharded = zt.shard(model, stage=3, comm=comm, config=config).zrt
     opt = zt.Optimizer(sharded, torch.optim.SGD, lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD([p for p in reference.parameters() if p.requires_grad], lr=0.1,
                               momentum=0.9)

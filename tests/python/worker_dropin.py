@@ -143,9 +143,9 @@ def check_one_rank_raises(stage):
     return {}
 
 
-CHECKS = {"one_rank_raises": check_one_rank_raises, "reads": check_reads, "default_stage": check_default_stage,
-          "state_dict": check_state_dict, "buffers": check_buffers,
-          "exit_without_close": check_exit_without_close}
+CHECKS = {"one_rank_raises": check_one_rank_raises, "reads": check_reads,
+          "default_stage": check_default_stage, "state_dict": check_state_dict,
+          "buffers": check_buffers, "exit_without_close": check_exit_without_close}
 results = {stage: CHECKS[args.check](stage) for stage in map(int, args.stages.split(","))}
 with open(f"{args.out}.{rank}", "w") as f:
     json.dump(results, f)

@@ -19,7 +19,6 @@ same for both), by parameter name.
 import argparse
 import json
 import os
-import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

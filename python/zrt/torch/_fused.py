@@ -27,8 +27,9 @@ import torch
 
 from .. import _lib
 from ..errors import ZrtError, call, callback_failed
-from ._layout import (LocalShard, check_state_dict, hyperparameters, normalize_groups,
-                      read_layout, sharded_model_of, state_dict_header, write_layout)
+from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperparameters,
+                      normalize_groups, read_layout, sharded_model_of, state_dict_header,
+                      write_layout)
 from ._memory import tensor_at
 from ._rebuild import allocated_slots, ensure_slots
 
@@ -369,11 +370,7 @@ class FusedOptimizer(torch.optim.Optimizer):
         meta = check_state_dict(state_dict, self.sharded, self.local, self._name(),
                                 len(self.param_groups), _WHO)
         saved_groups = state_dict["param_groups"]
-        for g, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
-            if len(saved["params"]) != len(mine["params"]):
-                raise ValueError(f"{_WHO}.load_state_dict: param group {g} has "
-                                 f"{len(saved['params'])} parameters in the state dict, "
-                                 f"{len(mine['params'])} here")
+        check_group_sizes(self.param_groups, saved_groups, _WHO)
         old = [dict(g) for g in self.param_groups]
         for mine, saved in zip(self.param_groups, saved_groups):
             mine.update({k: v for k, v in saved.items() if k not in ("params", "param_names")})

@@ -158,3 +158,12 @@ def check_state_dict(state_dict, sharded, local, name, num_groups, who):
         raise ValueError(f"{who}.load_state_dict: the state dict has {len(groups)} param "
                          f"group(s), the optimizer {num_groups}")
     return meta
+
+
+def check_group_sizes(groups, saved_groups, who):
+    """Refuses a state dict whose param groups hold other numbers of parameters than ours."""
+    for g, (mine, saved) in enumerate(zip(groups, saved_groups)):
+        if len(saved["params"]) != len(mine["params"]):
+            raise ValueError(f"{who}.load_state_dict: param group {g} has "
+                             f"{len(saved['params'])} parameters in the state dict, "
+                             f"{len(mine['params'])} here")
