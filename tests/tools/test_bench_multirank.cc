@@ -157,6 +157,16 @@ TEST_F(BenchMultirank, JsonToStdoutReplacesTheTable) {
   EXPECT_TRUE(j["rows"][0]["out_of_place"]["wrong"].is_null());  // -c 0: not checked
 }
 
+TEST_F(BenchMultirank, UncheckedRunSaysSoInsteadOfOk) {
+  CommandResult r =
+      run_bench(2, {"all_reduce", "-b", "1K", "-e", "4K", "-n", "2", "-w", "1", "-c", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Out of bounds values : not checked (validation off: -c 0)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Out of bounds values : 0 OK"), std::string::npos) << r.out;
+}
+
 // UCX writes its log to stdout: at info level, every rank's first lines (a warning at teardown
 // otherwise, which broke the report in 3 of 13 multihost runs under load). They go to stderr.
 TEST_F(BenchMultirank, JsonToStdoutStaysJsonWhileUcxLogs) {

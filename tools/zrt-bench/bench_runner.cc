@@ -464,8 +464,11 @@ Status Runner::run(std::vector<BenchRow>* rows, RunInfo* info, bool* is_rank0) {
     progress.finish();
     if (print) {
       int64_t wrong = total_wrong(coll_rows);
-      fmt::print("# Out of bounds values : {} {}\n", wrong < 0 ? 0 : wrong,
-                 wrong > 0 ? "FAILED" : "OK");
+      if (wrong < 0) {
+        fmt::print("# Out of bounds values : not checked (validation off: -c 0)\n");
+      } else {
+        fmt::print("# Out of bounds values : {} {}\n", wrong, wrong > 0 ? "FAILED" : "OK");
+      }
       fmt::print("# Avg bus bandwidth    : {:.4g}\n#\n", average_busbw(coll_rows));
     }
     rows->insert(rows->end(), coll_rows.begin(), coll_rows.end());
