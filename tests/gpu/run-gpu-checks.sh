@@ -211,7 +211,7 @@ if [ $probe -eq 0 ]; then
   gpu=1
   record PASS gpu-probe "$reason; NCCL $nccl_loaded loaded"
 elif [ $probe -eq 2 ] && [ "$driver_gpus" -eq 0 ]; then
-  record PASS gpu-probe "no GPU here: $reason (NCCL $nccl_loaded loaded)"
+  record SKIP gpu-probe "no GPU here: $reason (NCCL $nccl_loaded loaded)"
 elif [ $probe -eq 2 ]; then
   record FAIL gpu-probe "the driver lists $driver_gpus GPU(s) but: $reason"
 else
