@@ -194,12 +194,19 @@ TEST(CheckpointIntegrity, EverySingleBitFlipOfTheManifestIsRefused) {
       }
       ASSERT_EQ(zrt::serialize_manifest(m), reference_text)
           << "a flip of bit " << bit << " of byte " << byte << " loaded a different manifest";
+      // JSON's whitespace (space, tab, newline, carriage return) is the only place a flip may
+      // leave the manifest as it was.
+      const auto json_space = [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+      };
+      EXPECT_TRUE(json_space(good[byte]) && json_space(bad[byte]))
+          << "a flip of bit " << bit << " of byte " << byte << " ('" << good[byte]
+          << "') was accepted outside whitespace";
       ++harmless;
     }
   }
-  std::fprintf(stderr, "manifest bit flips: %zu, refused %zu, harmless (same content) %zu\n", flips,
+  std::fprintf(stderr, "manifest bit flips: %zu, refused %zu, harmless (whitespace) %zu\n", flips,
                refused, harmless);
-  EXPECT_EQ(refused + harmless, flips);
   // A sample of them through zrt_partition_load: refused, naming the manifest, nothing changed.
   for (size_t k = 0; k < 40; ++k) {
     std::string bad = good;
