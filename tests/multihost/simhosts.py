@@ -26,6 +26,18 @@ def skip_unless_possible():
         sys.exit(1 if os.environ.get("CI") == "true" else 77)
 
 
+def _check_outside_private_tmp(argv):
+    """Each host mounts a /tmp of its own (netns.sh), so a program or file under this machine's
+    /tmp is not there: say so, instead of the host's shell reporting "not found"."""
+    for arg in argv:
+        for token in arg.replace("'", " ").replace('"', " ").split():
+            if token.startswith("/tmp/") and os.path.exists(token):
+                raise RuntimeError(
+                    f"{token} lies under /tmp, which every simulated host replaces with its own "
+                    "(scripts/netns.sh): build and run the multihost suite from a folder "
+                    "outside /tmp")
+
+
 class SimulatedHosts:
     def __init__(self, count, name=None):
         self.count = count
@@ -57,7 +69,9 @@ class SimulatedHosts:
 
     def argv(self, index, argv):
         """The command line that runs argv on host `index` (for callers that spawn it)."""
-        return [NETNS, "exec", self.name, str(index)] + [str(a) for a in argv]
+        argv = [str(a) for a in argv]
+        _check_outside_private_tmp(argv)
+        return [NETNS, "exec", self.name, str(index)] + argv
 
     def popen(self, index, argv, env=None, **kwargs):
         """Starts argv on host `index`; env adds to this process's environment."""
