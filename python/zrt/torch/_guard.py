@@ -30,7 +30,7 @@ for _name in ("shape", "dtype", "device", "requires_grad", "is_leaf", "grad_fn",
 for _name in ("size", "dim", "numel", "nelement", "element_size", "stride", "is_contiguous",
               "data_ptr", "requires_grad_", "register_hook", "register_post_accumulate_grad_hook",
               "is_floating_point", "is_complex", "get_device", "storage_offset", "__hash__",
-              "type", "__len__", "is_shared", "is_pinned", "untyped_storage", "__setstate__"):
+              "__len__", "is_shared", "is_pinned"):
     _function = getattr(torch.Tensor, _name, None)
     if _function is not None:
         _METADATA.add(_function)
