@@ -7,7 +7,6 @@ step by step alternately; rank 0 writes, per stage, the loss curves and the fina
 (JSON, and .pt files of the parameters).
 """
 import argparse
-import json
 import os
 import sys
 
@@ -16,6 +15,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+import stages  # noqa: E402
 import zrt.torch as zt  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -194,10 +194,5 @@ def run(stage, out):
     return result
 
 
-results = {}
-for stage in [int(s) for s in args.stage.split(",")]:
-    results[stage] = run(stage, f"{args.out}.{stage}")
-if rank == 0:
-    with open(args.out, "w") as f:
-        json.dump(results, f)
+stages.run_and_write(run, args.stage, args.out, rank)
 dist.destroy_process_group()

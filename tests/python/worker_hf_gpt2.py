@@ -17,7 +17,6 @@ from the safetensors file it wrote), the reference's full parameters and the ini
 same for both), by parameter name.
 """
 import argparse
-import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,6 +27,7 @@ from safetensors.torch import load_file  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 import zrt.torch as zt  # noqa: E402
+import stages  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--against", choices=["ddp", "fsdp2"], default="ddp")
@@ -153,10 +153,5 @@ def run(stage, out):
     return result
 
 
-results = {}
-for stage in [int(s) for s in args.stage.split(",")]:
-    results[stage] = run(stage, f"{args.out}.{stage}")
-if rank == 0:
-    with open(args.out, "w") as f:
-        json.dump(results, f)
+stages.run_and_write(run, args.stage, args.out, rank)
 dist.destroy_process_group()

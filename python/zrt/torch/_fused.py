@@ -27,7 +27,7 @@ import torch
 
 from .. import _lib
 from ..errors import ZrtError, call, callback_failed
-from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperparameters,
+from ._layout import (LocalShard, check_group_sizes, check_state_dict, indexed_groups,
                       normalize_groups, read_layout, sharded_model_of, state_dict_header,
                       write_layout)
 from ._memory import tensor_at
@@ -353,11 +353,7 @@ class FusedOptimizer(torch.optim.Optimizer):
                     if param in values:
                         entry[key] = values[param].clone()
                 state[self._user_index[param]] = entry
-        groups, start = [], 0
-        for group in self.param_groups:
-            groups.append(dict(hyperparameters(group),
-                               params=list(range(start, start + len(group["params"])))))
-            start += len(group["params"])
+        groups = indexed_groups(self.param_groups)
         header = state_dict_header(self.sharded, self.local, self._name(), keys)
         header["optimizer_step"] = step
         if with_master and masters:

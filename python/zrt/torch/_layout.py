@@ -167,3 +167,14 @@ def check_group_sizes(groups, saved_groups, who):
             raise ValueError(f"{who}.load_state_dict: param group {g} has "
                              f"{len(saved['params'])} parameters in the state dict, "
                              f"{len(mine['params'])} here")
+
+
+def indexed_groups(groups):
+    """torch's state-dict form of param_groups: every hyperparameter, and the parameters as
+    their positions counted across the groups."""
+    out, start = [], 0
+    for group in groups:
+        out.append(dict(hyperparameters(group),
+                        params=list(range(start, start + len(group["params"])))))
+        start += len(group["params"])
+    return out

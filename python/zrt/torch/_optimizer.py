@@ -22,8 +22,8 @@ import torch
 from .. import _lib
 from ..errors import ZrtError, callback_failed
 from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperparameters,
-                      normalize_groups, read_layout, sharded_model_of, state_dict_header,
-                      write_layout)
+                      indexed_groups, normalize_groups, read_layout, sharded_model_of,
+                      state_dict_header, write_layout)
 from ._memory import order_before_zrt, tensor_at
 from ._rebuild import allocated_slots, ensure_slots
 
@@ -287,11 +287,7 @@ class Optimizer(torch.optim.Optimizer):
                     entry[key] = torch.cat([p.detach().reshape(-1) for p in parts]).clone()
             if entry:
                 state[self._user_index[param]] = entry
-        groups, start = [], 0
-        for group in self.param_groups:
-            groups.append(dict(hyperparameters(group),
-                               params=list(range(start, start + len(group["params"])))))
-            start += len(group["params"])
+        groups = indexed_groups(self.param_groups)
         header = state_dict_header(self.sharded, self.local, self._name(), self.state_keys)
         if self.sharded.param_dtype != torch.float32 and self.state_keys is not None:
             header["master"] = self._masters()
