@@ -23,6 +23,7 @@ done
 
 packages=(
   meson ninja-build pkg-config g++ clang
+  libclang-rt-14-dev            # clang's sanitizer and libFuzzer runtimes (tests/fuzz)
   libucx-dev ucx-utils          # host transport (shared memory, cma, tcp, RDMA)
   libhwloc-dev hwloc            # topology for zrt-topo and zrt-run --bind
   libgtest-dev libgmock-dev     # unit and multi-rank tests
