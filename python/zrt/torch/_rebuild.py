@@ -18,7 +18,6 @@ import torch
 
 from .. import _lib
 from ..partition import Partition
-from ._memory import tensor_at
 
 
 def allocated_slots(sharded):
@@ -110,22 +109,8 @@ def _current_values(sharded):
 
 
 def _parameter_values(sharded):
-    pm = sharded.pm
-    pm.wait_params()
-    out = {}
-    for unit in sharded.units:
-        resident = all(pm.param_info(p.index).resident for p in unit.params)
-        if not resident:
-            pm.fetch(unit.index)
-        try:
-            for p in unit.params:
-                view = tensor_at(pm.param_data(p.index), p.shape, sharded.param_dtype,
-                                 sharded.device)
-                out[p.index] = view.to("cpu", torch.float32, copy=True)
-        finally:
-            if not resident:
-                pm.release(unit.index)
-    return out
+    return {p.index: values.to("cpu", torch.float32, copy=True)
+            for p, values in sharded.gathered_params()}
 
 
 def _exported_values(sharded):
