@@ -94,9 +94,9 @@ class Stream {
 // Calls `step` (Status(bool* done)) on the claiming thread until it reports done or fails, or
 // the claim's spin ends (stream.inline_spin, looked at every kInlineSpinsPerClockLook calls:
 // read on every call the clock was 12% of an 8-byte all-reduce's samples, perf, all of it
-// between a peer's store and this rank seeing it). A pause between calls until a look finds
-// InlineCall::yield_from passed, a yield of the core from then on, which a peer sharing it may
-// need to arrive (more ranks than cores).
+// between a peer's store and this rank seeing it; measured: docs/ARCHITECTURE.md#progress-engine).
+// A pause between calls until a look finds InlineCall::yield_from passed, a yield of the core
+// from then on, which a peer sharing it may need to arrive (more ranks than cores).
 template <typename Step>
 Status spin_inline(const Stream& stream, const InlineCall& call, Step&& step, bool* done) {
   *done = false;
@@ -185,9 +185,10 @@ struct EngineOptions {
   // run on; the communicator decides from their CPU masks). An inline collective's wait
   // (spin_inline) then only pauses for its first busy_poll_us, where it would yield the core after
   // a few hundred nanoseconds: a peer on another core arrives within that, and each yield is a
-  // system call on the path between its store and this rank seeing it (0.34-0.40 us an 8-byte
-  // all-reduce against 0.24 without, N = 2, bound). With more ranks than cores the peer may need
-  // this core, so it yields early.
+  // system call on the path between its store and this rank seeing it (an 8-byte all-reduce
+  // took 0.35 us with them, 0.24 without, N = 2, bound; measured:
+  // docs/MEASURED.md#the-8-byte-all-reduce). With more ranks than cores the peer may need this
+  // core, so it yields early.
   bool core_per_rank = false;
   // The algorithm table from ZRT_ALGO_TABLE, which the communicator loads (null: the built-in
   // table alone). Shared and immutable: split communicators may hold the same one.

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -41,18 +42,18 @@ inline constexpr uint64_t kInlineWaitMaxBytes = uint64_t{64} << 10;
 // (Task::waits_on_memory): an eighth of the wait so far, at least kMemoryWaitMinSleepUs and at
 // most kMemoryWaitMaxSleepMs, so that a rank waiting long for a late peer stays under 1% of a
 // core and arrives at most 1/8 of its wait late. Each look runs the transport's progress (tcp's
-// epoll among it): about 100 us on this 2-core host, so at a 20 ms bound a 1.5 s wait used
-// 9.5-11.4 ms of CPU (0.7% of a core) and 22 ms under ASan; at 50 ms it uses 4.0-4.4 ms
-// (test_small_path's late-peer test). The floor was 1 ms: with more ranks than cores a one-shot
-// collective whose peer was descheduled past the submitting thread's spin then paid a whole
-// millisecond (a 512 KiB reduce-scatter at 4 ranks: 80 us or 400-800 us, at random).
+// epoll among it), which is what such a wait's CPU is made of: looks at most 20 ms apart left
+// too little of that budget under a sanitizer (test_small_path's late-peer test). The floor was
+// 1 ms: with more ranks than cores a one-shot collective whose peer was descheduled past the
+// submitting thread's spin then paid a whole millisecond, several times its own time (measured:
+// docs/ARCHITECTURE.md#measured-costs).
 inline constexpr int64_t kMemoryWaitMinSleepUs = 50;
 inline constexpr int kMemoryWaitMaxSleepMs = 50;
 inline constexpr int kMemoryWaitSleepDivisor = 8;
 // How often the progress thread drives the transport while every running task moves its data
 // through mapped memory (EngineImpl::memory_tasks_only).
 inline constexpr std::chrono::microseconds kMemoryPathTransportInterval{20};
-// The longest the in-flight bounded poll grows to (EngineImpl::run's poll_bound).
+// The longest the in-flight bounded poll grows to (BoundedPoll's bound).
 inline constexpr std::chrono::microseconds kAdaptivePollMax{1000};
 // The submitting thread's spin on an inline task: EngineOptions::busy_poll_us times this, where
 // ranks outnumber cores (a peer on this core runs when the spin yields it).
@@ -62,21 +63,96 @@ inline constexpr int kInlineSpinFactor = 4;
 // for a time slice, milliseconds; a spin that gave up after 200 us handed the call to the
 // progress thread, which then waited for a slice of its own, and so did the caller it woke: a
 // 256 KiB all-gather took 30-2,478 us (3 runs) against 36-66 with this spin (Open MPI, which
-// never stops spinning: 28-77). A rank waiting for a late peer still sleeps after it.
+// never stops spinning: 28-77; measured: docs/MEASURED.md#the-8-byte-all-reduce). A rank
+// waiting for a late peer still sleeps after it.
 inline constexpr int kInlineSpinFactorCorePerRank = 80;
 // How long a submission waits, asleep, for its stream to complete the next of the small tasks
 // ahead of it (inline_run.cc): EngineOptions::busy_poll_us times this. Queued 8-byte
 // all-reduces complete on the progress thread 27-142 us apart (10th-90th percentile) under
 // AddressSanitizer with ranks sharing 2 cores, up to 330 us: a bound at the spin's 200 us ran
-// out every few hundred and the loop queued again.
+// out every few hundred and the loop queued again (measured:
+// docs/ARCHITECTURE.md#one-shot-collectives, "Behind small work").
 inline constexpr int kInlineWaitFactor = 20;
 // After a wait for idle ran out (a late peer), the submissions that follow queue without
 // waiting until the stream completes a task, but only this many: beyond, each waits again. A
 // submitter that queued without bound ran ahead of its own progress thread, with which it shares
 // a core when ranks are bound: 8-byte all-reduces queued by the hundred thousand and ran at
-// 1.5-5 us each for the rest of the loop instead of 0.5 (1 run in 5).
+// 1.5-5 us each for the rest of the loop (1 run in 5; measured:
+// docs/MEASURED.md#the-8-byte-all-reduce).
 inline constexpr uint64_t kQueuedBehindLateMax = 16;
 uint64_t make_tag_base(bool p2p, int stream_index, uint32_t sequence);
+
+// A stream's task counts and the marks set on them (guarded by the engine's mu_).
+struct StreamTickets {
+  static constexpr uint64_t kNoWaiter = ~uint64_t{0};
+  uint64_t enqueued = 0;   // tasks ever accepted
+  uint64_t completed = 0;  // tasks finished successfully, in order
+  // The ticket of the last task queued that may take long (not EngineImpl::ends_soon): once
+  // `completed` reaches it, whatever is pending ends within a small collective's time, and a
+  // submission that would run inline may wait for it (inline_run.cc).
+  uint64_t last_slow_ticket = 0;
+  // `completed` when such a wait last ran out (a late peer holds the stream): no submission
+  // waits again before a task completes.
+  uint64_t inline_wait_expired_at = kNoWaiter;
+  // The lowest ticket a waiter sleeps on (wait_point): a completion wakes the waiters only when
+  // it reaches it, not on every task, so a rank that queues many small collectives and then
+  // synchronizes does not pay a thread switch per collective (queued back to back, 8-byte
+  // all-reduces took many times their inline time while the progress thread woke the waiter
+  // after each; measured: docs/ARCHITECTURE.md#measured-costs).
+  uint64_t wake_at = kNoWaiter;
+
+  // Whether `completed` now reaches a waiter's ticket; if so the waiters wake and re-register.
+  bool take_waiters_locked() {
+    if (completed < wake_at) return false;
+    wake_at = kNoWaiter;
+    return true;
+  }
+};
+
+// The task the progress thread runs on a stream and what it knows of it (progress thread only,
+// but `small`, which waiters read too).
+struct RunningTask {
+  std::unique_ptr<Task> task;
+  std::unique_ptr<Task> next;  // taken from the queue and prepared (Task::prepare), runs next
+  bool started = false;
+  // Started on the submitting thread, which handed it off (inline_run.cc): continued without
+  // start().
+  bool resumed = false;
+  uint64_t last_marker = 0;
+  uint64_t tag_base = 0;
+  uint32_t sequence = 0;  // the running task's collective number on this stream
+  std::chrono::steady_clock::time_point start_time;
+  std::chrono::steady_clock::time_point last_advance;
+  // The running task is one the bounded poll serves (EngineImpl::polls_for); written by the
+  // progress thread, read by waiters too.
+  std::atomic<bool> small{false};
+
+  // Makes `taken` the task to run, not started yet.
+  void take(std::unique_ptr<Task> taken, bool resumed_inline) {
+    task = std::move(taken);
+    started = false;
+    resumed = resumed_inline;
+  }
+  // Drops the running and the prepared task.
+  void drop() {
+    task.reset();
+    next.reset();
+    started = false;
+  }
+  // A communicating task has started and not finished.
+  bool collective_started() const { return task != nullptr && started && task->communicates(); }
+};
+
+// Inline execution (inline_run.cc), guarded by the engine's mu_: the submitting thread runs a
+// task of the stream (`busy`: the progress thread starts nothing of it meanwhile); a task it
+// started but did not finish within its spin waits in `handed_off` for the progress thread,
+// which continues it without calling start() again (RunningTask::resumed).
+struct InlineState {
+  bool busy = false;
+  TickClock clock;  // the inline path's clock, read under mu_
+  std::unique_ptr<Task> handed_off;
+  std::chrono::steady_clock::time_point handed_off_start;
+};
 
 class StreamImpl final : public Stream {
  public:
@@ -90,7 +166,7 @@ class StreamImpl final : public Stream {
   Status wait_event(Event& event) override;
   bool begin_inline(InlineCall* call) override;
   InlineSpin inline_spin(const InlineCall& call) const override {
-    const uint64_t now = clock_.read();
+    const uint64_t now = inline_.clock.read();
     if (now >= call.until) return InlineSpin::kExpired;
     return now >= call.yield_from ? InlineSpin::kYield : InlineSpin::kPause;
   }
@@ -103,56 +179,15 @@ class StreamImpl final : public Stream {
 
   // Guarded by the engine's mu_.
   std::deque<std::unique_ptr<Task>> queue_;
-  uint64_t enqueued_ = 0;   // tasks ever accepted
-  uint64_t completed_ = 0;  // tasks finished successfully, in order
-  // The ticket of the last task queued that may take long (not EngineImpl::ends_soon): once
-  // completed_ reaches it, whatever is pending ends within a small collective's time, and a
-  // submission that would run inline may wait for it (inline_run.cc).
-  uint64_t last_slow_ticket_ = 0;
-  // completed_ when such a wait last ran out (a late peer holds the stream): no submission
-  // waits again before a task completes.
-  uint64_t inline_wait_expired_at_ = kNoWaiter;
-  // The lowest ticket a waiter sleeps on (wait_point): a completion wakes the waiters only when
-  // it reaches it, not on every task, so a rank that queues many small collectives and then
-  // synchronizes does not pay a thread switch per collective (8-byte all-reduces queued back to
-  // back took 21 us each, 1.4 us inline: the progress thread woke the waiter after each).
-  uint64_t wake_at_ = kNoWaiter;
-  static constexpr uint64_t kNoWaiter = ~uint64_t{0};
-  // Whether completed_ now reaches a waiter's ticket; if so the waiters wake and re-register.
-  bool take_waiters_locked() {
-    if (completed_ < wake_at_) return false;
-    wake_at_ = kNoWaiter;
-    return true;
-  }
+  StreamTickets tickets_;
   bool failed_ = false;
   Status error_;
   bool destroyed_ = false;
   bool released_ = false;  // destroyed, and the progress thread has let go of it
 
-  // Progress thread only.
-  std::unique_ptr<Task> running_;
-  std::unique_ptr<Task> next_;  // taken from queue_ and prepared (Task::prepare), runs next
-  bool started_ = false;
-  uint64_t last_marker_ = 0;
-  uint64_t tag_base_ = 0;
-  uint32_t sequence_ = 0;  // the running task's collective number on this stream
-  std::chrono::steady_clock::time_point start_time_;
-  std::chrono::steady_clock::time_point last_advance_;
-  // The running task is one the bounded poll serves (EngineImpl::polls_for); written by the
-  // progress thread, read by waiters too.
-  std::atomic<bool> running_small_{false};
+  RunningTask running_;  // progress thread
   StreamResources resources_;
-
-  // Inline execution (inline_run.cc), guarded by the engine's mu_: the submitting thread runs a
-  // task of this stream (the progress thread starts nothing of it meanwhile); a task it started
-  // but did not finish within its spin waits in handed_off_ for the progress thread, which
-  // continues it without calling start() again (resumed_, progress thread only).
-  bool inline_busy_ = false;
-  // The inline path's clock (inline_run.cc), read under mu_.
-  TickClock clock_;
-  std::unique_ptr<Task> handed_off_;
-  std::chrono::steady_clock::time_point handed_off_start_;
-  bool resumed_ = false;
+  InlineState inline_;  // guarded by the engine's mu_
 
  private:
   EngineImpl& engine_;
@@ -174,6 +209,101 @@ class EventImpl final : public Event {
 
  private:
   EngineImpl& engine_;
+};
+
+// The engine's streams (guarded by its mu_).
+struct StreamSet {
+  std::vector<std::shared_ptr<StreamImpl>> live;
+  std::vector<std::shared_ptr<StreamImpl>> retired;  // destroyed, resources to free
+  int next_index = 0;
+  uint64_t version = 0;  // bumped when `live` or `retired` change
+};
+
+// The engine's first failure (guarded by its mu_).
+struct EngineFailure {
+  bool failed = false;
+  Status error;
+  bool cancel_needed = false;  // the progress thread has yet to cancel the transport's operations
+};
+
+// The progress thread and the eventfd that wakes it.
+struct ProgressThread {
+  std::thread handle;
+  bool started = false;
+  int wake_fd = -1;
+};
+
+// The flight recorder's dumps to files (trace_dump.h).
+struct TraceDumps {
+  explicit TraceDumps(int instance) : instance(instance) {}
+  // The engine's creation number in this process, which names the trace file.
+  const int instance;
+  bool registered = false;  // a trace source (register_trace_source), dumped on a signal
+  std::atomic<bool> failure_dumped{false};
+};
+
+// What this rank hears from and tells its peers besides the tasks' messages (progress thread):
+// the verdicts of peers that failed (peer_verdicts.h) and the beacons (peer_beacons.h), which
+// stop once the engine failed.
+struct PeerWatch {
+  PeerVerdicts verdicts;
+  PeerBeacons beacons;
+  // A peer's verdict waiting until this rank starts the collective it is about (see
+  // peer_verdicts.h).
+  bool verdict_pending = false;
+  PeerVerdicts::Verdict verdict;
+  std::chrono::steady_clock::time_point verdict_time;
+};
+
+// Staging scratch (progress thread): a stream takes a kStreamScratchBytes buffer from the pool
+// (or a new one) at its first collective after being idle and gives it back when idle again.
+class ScratchPool {
+ public:
+  // An idle buffer, else a new one registered with `transport` (for stream `stream_index`).
+  Status take(Transport& transport, int stream_index, void** scratch);
+  void give_back(void* scratch) { idle_.push_back(scratch); }
+  void free_all(Transport& transport);  // the idle buffers, after the thread stopped
+
+ private:
+  std::vector<void*> idle_;
+  size_t allocated_ = 0;  // buffers that exist (idle or held)
+};
+
+// How the progress thread waits for work (progress thread only; see EngineImpl::run). While it
+// keeps finding work it yields its core every kYieldInterval. In a quiet spell while a small
+// collective is in flight, or just after one ended, it polls, yielding each turn, before it
+// sleeps (the bounded poll, EngineOptions::busy_poll_us).
+class BoundedPoll {
+ public:
+  explicit BoundedPoll(std::chrono::microseconds busy_poll)
+      : busy_poll_(busy_poll), bound_(busy_poll) {}
+
+  bool on() const { return busy_poll_.count() > 0; }
+  void start(std::chrono::steady_clock::time_point now) { last_yield_ = now; }
+  // A turn moved something: ends the quiet spell, adapting the bound, and yields when due.
+  void worked();
+  // A quiet turn (`in_flight`: a small collective is): whether to poll again rather than sleep.
+  bool poll_again(std::chrono::steady_clock::time_point now, bool in_flight);
+  // The thread is about to sleep.
+  void before_sleep(bool in_flight);
+  // A small communicating task finished: the poll goes on that long after it too.
+  void collective_ended(std::chrono::steady_clock::time_point now) { last_collective_end_ = now; }
+
+ private:
+  const std::chrono::microseconds busy_poll_;
+  // The in-flight poll's bound adapts: a spell in which the thread gave up polling and slept,
+  // only for the peer to come soon after, doubles it (up to kAdaptivePollMax); a spell that
+  // outlasts twice that (a peer late by its own work) sets it back to busy_poll_us. Peers of
+  // back-to-back small collectives otherwise fall into a cascade: one sleeps (50 us and the
+  // timer's slack), the other's poll ends before it returns and it sleeps too, and so on each
+  // time: queued 8-byte all-reduces took many times longer than with the longer poll (measured:
+  // docs/ARCHITECTURE.md#measured-costs).
+  std::chrono::microseconds bound_;
+  bool polling_ = false;  // in the bounded poll, since since_
+  bool slept_in_spell_ = false;
+  std::chrono::steady_clock::time_point since_;
+  std::chrono::steady_clock::time_point last_collective_end_;
+  std::chrono::steady_clock::time_point last_yield_;
 };
 
 class EngineImpl final : public ProgressEngine, public TraceSource {
@@ -226,7 +356,45 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   bool accepting_locked() const { return !stopping_; }
 
  private:
+  using Streams = std::vector<std::shared_ptr<StreamImpl>>;
+  // run()'s state across its turns.
+  struct LoopState {
+    Streams active;   // the live streams when last looked at
+    Streams retired;  // destroyed streams whose resources are still to free
+    uint64_t seen_version = std::numeric_limits<uint64_t>::max();
+    bool transport_failed = false;  // health() failed (reported once; the engine stays failed)
+    bool transport_due = false;     // drive the transport on the next turn whatever runs
+    std::chrono::steady_clock::time_point last_transport_progress{};
+    std::chrono::milliseconds beacon_due{0};  // until the next beacons (PeerBeacons::tick)
+  };
+  // What a turn of run() found at its start (under mu_), and whether it moved anything.
+  struct Turn {
+    bool advanced = false;
+    bool cancel = false;  // cancel every transport operation, for cancel_reason
+    Status cancel_reason;
+    bool exit_now = false;
+    bool engine_failed = false;
+    bool memory_only = false;  // every running task moves its data through mapped memory
+  };
+
+  // The progress thread's loop (progress_engine.cc's top comment) and its phases.
   void run();
+  void start_peer_watch();
+  Turn begin_turn(LoopState& loop);
+  bool take_next_task_locked(StreamImpl& stream, bool* advanced);
+  void cancel_tasks(const Streams& active, const Status& reason);
+  void release_retired(Streams& retired);
+  bool drive_transport(LoopState& loop, bool memory_only);
+  bool drive_tasks(const Streams& active, PhaseMark& clock);
+  bool drive_task(StreamImpl& stream, PhaseMark& clock);
+  void fail_task(StreamImpl& stream, Task& task, const Status& status);
+  bool watch_peers(LoopState& loop, bool engine_failed);
+  bool poll_before_sleep(const Streams& active, PhaseMark& clock);
+  void sleep_until_work(LoopState& loop, bool engine_failed, PhaseMark& clock);
+  int64_t task_sleep_bound_us(const Streams& active, int* sleep_ms) const;
+  void sleep_on_fds(const Streams& active, int64_t sleep_us, PhaseMark& clock);
+  void end_loop(const Streams& active);
+
   void fail_engine(const Status& reason);  // any thread
   void fail_stream_locked(StreamImpl& stream, const Status& reason);
   void finish_task(StreamImpl& stream);     // progress thread
@@ -234,79 +402,60 @@ class EngineImpl final : public ProgressEngine, public TraceSource {
   Status prepare_next(StreamImpl& stream);  // progress thread
   // Whether a communicating task has started and not finished: then the thread polls a while
   // before it sleeps (EngineOptions::busy_poll_us).
-  static bool collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  static bool collective_in_flight(const Streams& streams);
   // The same, among the collectives of at most kBusyPollMaxBytes, the only ones the bounded
   // poll serves: a large collective's notifications come a chunk's copy apart, each wake-up is
   // small beside it, and a thread polling through all of it would only take the core from the
   // framework's threads (and, on a loaded host, its fair share from its own later turns).
-  static bool small_collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  static bool small_collective_in_flight(const Streams& streams);
   // Whether some task runs and every running one moves its data through mapped memory only
   // (Task::runs_inline), with no prepared task behind it: the transport has nothing of theirs.
-  // Under mu_ (inline_busy_).
-  static bool memory_tasks_only(const std::vector<std::shared_ptr<StreamImpl>>& streams);
+  // Under mu_ (InlineState::busy).
+  static bool memory_tasks_only(const Streams& streams);
   bool polls_for(const Task& task) const;
   // run_inline's look at a stream with tasks pending (under mu_, held by `lock`, which it may
   // release while it spins or sleeps): whether to look again.
   struct InlineWait {
     std::chrono::steady_clock::time_point until;  // the bound, from the last completion seen
-    uint64_t completed = 0;                       // the stream's completed_ then
+    uint64_t completed = 0;                       // the stream's tickets_.completed then
   };
   bool wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::mutex>& lock, int look,
                             InlineWait* wait);
-  bool check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
-                      std::chrono::steady_clock::time_point now, int* sleep_ms);
+  bool check_timeouts(const Streams& streams, std::chrono::steady_clock::time_point now,
+                      int* sleep_ms);
   void release_resources(StreamImpl& stream);  // progress thread
   // Staging (progress thread): a stream takes a scratch from the pool (or allocates one) at its
   // first collective after being idle and gives it back when idle again; its window inbox, which
   // its left neighbour has mapped, stays with it until the stream goes.
   Status acquire_staging(StreamImpl& stream);
   void return_scratch(StreamImpl& stream);
-  void free_scratch_pool();  // after the thread stopped
   TaskContext context_for(StreamImpl& stream, uint64_t tag_base, uint32_t sequence);
+  bool verdict_due(const Streams& streams) const;
+  // This rank failed because a peer did (`failure`, ZRT_REMOTE_ERROR, in collective `sequence`
+  // of `stream`, or -1): a verdict on its way within 50 ms names the cause better and is
+  // returned; otherwise every peer is told `failure` (so that a neighbour seeing this rank
+  // close names the root, not this rank) and it is returned.
+  Status peer_failure_cause(const Status& failure, int stream, uint32_t sequence);
 
   Transport& transport_;
   const EngineOptions options_;
   CommCounters counters_;
   FlightRecorder recorder_;
   PhaseClock phase_clock_;
-  const int instance_;  // creation number in this process, names the trace file
-  bool trace_registered_ = false;
-  std::atomic<bool> failure_dumped_{false};
+  TraceDumps trace_;
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
-  std::vector<std::shared_ptr<StreamImpl>> streams_;  // live streams, guarded by mu_
-  std::vector<std::shared_ptr<StreamImpl>> retired_;  // destroyed, resources to free (mu_)
-  std::vector<std::unique_ptr<EventImpl>> events_;    // guarded by mu_
-  int next_stream_index_ = 0;
-  uint64_t streams_version_ = 0;  // bumped when streams_ or retired_ change
-  bool failed_ = false;           // guarded by mu_
-  Status error_;                  // guarded by mu_
-  bool cancel_needed_ = false;
+  StreamSet streams_;                                // guarded by mu_
+  std::vector<std::unique_ptr<EventImpl>> events_;  // guarded by mu_
+  EngineFailure failure_;                           // guarded by mu_
   bool stopping_ = false;
   bool loop_exited_ = false;  // guarded by mu_: the progress thread touches no stream again
-  bool thread_started_ = false;
   bool shut_down_ = false;
-  int wake_fd_ = -1;
-  std::vector<void*> free_scratch_;  // progress thread: idle kStreamScratchBytes buffers
-  size_t scratch_allocated_ = 0;     // scratch buffers that exist (idle or held)
-  PeerVerdicts verdicts_;            // progress thread
-  PeerBeacons beacons_;              // progress thread; stops once the engine failed
-  // A peer's verdict waiting until this rank starts the collective it is about (progress
-  // thread; see peer_verdicts.h).
-  bool verdict_pending_ = false;
-  PeerVerdicts::Verdict verdict_;
-  std::chrono::steady_clock::time_point verdict_time_;
-  // When the last communicating task finished (progress thread): the bounded poll goes on
-  // that long after it too.
-  std::chrono::steady_clock::time_point last_collective_end_;
-  bool verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const;
-  // This rank failed because a peer did (`failure`, ZRT_REMOTE_ERROR, in collective `sequence`
-  // of `stream`, or -1): a verdict on its way within 50 ms names the cause better and is
-  // returned; otherwise every peer is told `failure` (so that a neighbour seeing this rank
-  // close names the root, not this rank) and it is returned.
-  Status peer_failure_cause(const Status& failure, int stream, uint32_t sequence);
-  std::thread thread_;
+  ProgressThread thread_;
+  ScratchPool scratch_;  // progress thread
+  PeerWatch peers_;      // progress thread
+  BoundedPoll poll_;     // progress thread
 };
 
 }  // namespace zrt

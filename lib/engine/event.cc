@@ -20,7 +20,7 @@ Status EventImpl::record(Stream& stream) {
   }
   std::lock_guard<std::mutex> lock(engine_.mutex());
   stream_ = std::move(shared);
-  ticket_ = impl->enqueued_;
+  ticket_ = impl->tickets_.enqueued;
   return Status::ok();
 }
 

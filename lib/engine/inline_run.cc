@@ -14,7 +14,7 @@
 // between looks from its start, where ranks outnumber cores; kInlineSpinFactorCorePerRank x
 // busy_poll_us, yielding after the first busy_poll_us, where they do not,
 // EngineOptions::core_per_rank); a task still waiting then (a late peer), or failing,
-// goes to the progress thread as it stands (StreamImpl::handed_off_), which continues it
+// goes to the progress thread as it stands (InlineState::handed_off), which continues it
 // without start(): the engine's timeouts, peer verdicts and failure handling then apply as to
 // any task, and a submission never blocks for long, so collectives on several streams submitted
 // in different orders on different ranks cannot deadlock. Either way the collective counts one
@@ -54,32 +54,34 @@ void spin_yield() {
 // peer, or a barrier): they end within microseconds, and this one then runs inline. Queued
 // instead, it would run on the progress thread, which costs a hand-off and a wake-up a call, so
 // a submitter ahead of it stays ahead: back-to-back 8-byte all-reduces behind a barrier took
-// 2-11 us each for the rest of the run instead of 0.8 us (1 run in 5), and the queue held every
-// call the loop issued. The wait lasts while the stream completes a task at least every
-// kInlineWaitFactor x busy_poll_us; one that runs out (a late peer) is not repeated before a
-// task completes while at most kQueuedBehindLateMax tasks are ahead, so a submission waits at
-// most one bound per late collective and the queue stays short. After a few
-// spins the waiter sleeps until the next completion (wake_at_): the tasks ahead run on the
-// progress thread, whose core a yielding waiter would share when ranks outnumber cores.
+// 2-11 us each for the rest of the run instead of 0.8 us (1 run in 5; measured:
+// docs/ARCHITECTURE.md#one-shot-collectives), and the queue held every call the loop issued.
+// The wait lasts while the stream completes a task at least every kInlineWaitFactor x
+// busy_poll_us; one that runs out (a late peer) is not repeated before a task completes while at
+// most kQueuedBehindLateMax tasks are ahead, so a submission waits at most one bound per late
+// collective and the queue stays short. After a few spins the waiter
+// sleeps until the next completion (StreamTickets::wake_at): the tasks ahead run on the progress
+// thread, whose core a yielding waiter would share when ranks outnumber cores.
 bool EngineImpl::wait_for_idle_locked(StreamImpl& stream, std::unique_lock<std::mutex>& lock,
                                       int look, InlineWait* wait) {
-  if (stream.completed_ < stream.last_slow_ticket_) return false;
-  if (stream.completed_ == stream.inline_wait_expired_at_ &&
-      stream.enqueued_ - stream.completed_ <= kQueuedBehindLateMax) {
+  StreamTickets& tickets = stream.tickets_;
+  if (tickets.completed < tickets.last_slow_ticket) return false;
+  if (tickets.completed == tickets.inline_wait_expired_at &&
+      tickets.enqueued - tickets.completed <= kQueuedBehindLateMax) {
     return false;
   }
   const bool sleeps = look >= kSpinsBeforeSleep;
-  if (look == 0 || stream.completed_ != wait->completed) {
-    wait->completed = stream.completed_;
+  if (look == 0 || tickets.completed != wait->completed) {
+    wait->completed = tickets.completed;
     wait->until = std::chrono::steady_clock::now() +
                   std::chrono::microseconds(options_.busy_poll_us * kInlineWaitFactor);
   } else if ((sleeps || look % kInlineSpinsPerClockLook == 0) &&
              std::chrono::steady_clock::now() >= wait->until) {
-    stream.inline_wait_expired_at_ = stream.completed_;
+    tickets.inline_wait_expired_at = tickets.completed;
     return false;
   }
   if (sleeps) {
-    stream.wake_at_ = std::min(stream.wake_at_, stream.completed_ + 1);
+    tickets.wake_at = std::min(tickets.wake_at, tickets.completed + 1);
     done_cv_.wait_until(lock, wait->until);
   } else {
     lock.unlock();
@@ -120,10 +122,11 @@ bool EngineImpl::begin_inline(StreamImpl& stream, const Task* task, InlineCall* 
   InlineWait wait;
   for (int look = 0;; ++look) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (failed_ || stopping_ || stream.failed_ || stream.destroyed_ || stream.inline_busy_) {
+    if (failure_.failed || stopping_ || stream.failed_ || stream.destroyed_ ||
+        stream.inline_.busy) {
       return false;
     }
-    if (stream.enqueued_ != stream.completed_) {
+    if (stream.tickets_.enqueued != stream.tickets_.completed) {
       if (!wait_for_idle_locked(stream, lock, look, &wait)) return false;
       continue;
     }
@@ -131,16 +134,17 @@ bool EngineImpl::begin_inline(StreamImpl& stream, const Task* task, InlineCall* 
     const bool ready =
         task != nullptr ? task->runs_inline(stream.resources_) : stream.resources_.one_shot.ready;
     if (!ready) return false;
-    stream.inline_busy_ = true;
-    ++stream.enqueued_;
+    stream.inline_.busy = true;
+    ++stream.tickets_.enqueued;
+    TickClock& clock = stream.inline_.clock;
     call->trace.stream = stream.index();
-    call->start = stream.clock_.read();
-    call->start_ns = stream.clock_.to_ns(call->start);
+    call->start = clock.read();
+    call->start_ns = clock.to_ns(call->start);
     const int spin_factor =
         options_.core_per_rank ? kInlineSpinFactorCorePerRank : kInlineSpinFactor;
-    call->until = call->start + stream.clock_.ticks_in(options_.busy_poll_us * spin_factor * 1000);
+    call->until = call->start + clock.ticks_in(options_.busy_poll_us * spin_factor * 1000);
     call->yield_from = options_.core_per_rank
-                           ? call->start + stream.clock_.ticks_in(options_.busy_poll_us * 1000)
+                           ? call->start + clock.ticks_in(options_.busy_poll_us * 1000)
                            : call->start;
     call->trace_ticket = recorder_.post(call->trace, call->start_ns);
     sequence = stream.resources_.collective_seq.load(std::memory_order_relaxed);
@@ -159,11 +163,11 @@ void EngineImpl::end_inline(StreamImpl& stream, InlineCall& call, zrt_coll_kind_
   bool wake_thread = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    busy = stream.clock_.duration_ns(call.start, stream.clock_.read());
-    stream.inline_busy_ = false;
+    busy = stream.inline_.clock.duration_ns(call.start, stream.inline_.clock.read());
+    stream.inline_.busy = false;
     stream.resources_.collective_seq.fetch_add(1, std::memory_order_relaxed);
-    ++stream.completed_;
-    notify = stream.take_waiters_locked();
+    ++stream.tickets_.completed;
+    notify = stream.tickets_.take_waiters_locked();
     wake_thread = !stream.queue_.empty();
   }
   if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
@@ -178,10 +182,10 @@ void EngineImpl::hand_off_inline(StreamImpl& stream, InlineCall& call, std::uniq
   task->trace_ticket = call.trace_ticket;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stream.inline_busy_ = false;
+    stream.inline_.busy = false;
     if (!stream.failed_) {
-      stream.handed_off_ = std::move(task);
-      stream.handed_off_start_ =
+      stream.inline_.handed_off = std::move(task);
+      stream.inline_.handed_off_start =
           std::chrono::steady_clock::time_point(std::chrono::nanoseconds(call.start_ns));
     }
   }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace zrt {
@@ -55,6 +56,33 @@ class PhaseClock {
   std::atomic<bool> on_{false};
   std::atomic<uint64_t> parts_[4] = {};
   std::atomic<uint64_t> sleeps_{0};
+};
+
+// One turn of the progress thread against a PhaseClock: add() gives the time since the last
+// mark to a part and moves the mark, skip() only moves it. Both do nothing, and read no time,
+// while the clock is off.
+class PhaseMark {
+ public:
+  explicit PhaseMark(PhaseClock& clock) : clock_(clock), on_(clock.on()) {
+    if (on_) mark_ = std::chrono::steady_clock::now();
+  }
+
+  bool on() const { return on_; }
+  void add(PhaseClock::Part part) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark_).count();
+    clock_.add(part, static_cast<uint64_t>(ns));
+    mark_ = now;
+  }
+  void skip() {
+    if (on_) mark_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  PhaseClock& clock_;
+  const bool on_;
+  std::chrono::steady_clock::time_point mark_;
 };
 
 }  // namespace zrt

@@ -7,14 +7,15 @@
 // transport completion, no task progress marker changed, nothing started or finished), checks
 // the no-progress timeouts, arms the transport and sleeps in poll() on the transport's event fd
 // and the engine's wake eventfd; while a collective is in flight it first polls for up to
-// EngineOptions::busy_poll_us, yielding each turn (the bounded poll, see run()). Submitters ring
+// EngineOptions::busy_poll_us, yielding each turn (the bounded poll, BoundedPoll). Submitters ring
 // the eventfd after queuing, so a submission racing with the sleep is never lost. While it keeps
 // finding work, the thread yields its core every kYieldInterval: the framework's threads share the
 // cores with it, and Linux's EEVDF lets a busy thread run out its slice (0.75 ms or more) before a
 // thread waking from a wait gets the core, so a training thread returning from a kernel wait would
-// otherwise lose up to a slice each time (bench_overlap: 0.02-0.04 of step / max(compute, comm) on
-// 2 cores). Host threads waiting for a point of a stream block on a condition variable that the
-// thread notifies whenever a task finishes or a stream fails.
+// otherwise lose up to a slice each time (it shows in bench_overlap's step / max(compute, comm)
+// on 2 cores; measured: docs/ARCHITECTURE.md#measured-costs). Host threads waiting for a point
+// of a stream block on a condition variable that the thread notifies whenever a task finishes or
+// a stream fails.
 //
 // Failures: a local task (host function, event wait) that fails fails only its stream. A
 // communicating task that fails, times out, or a transport health() error fails the engine:
@@ -60,11 +61,12 @@ EngineImpl::EngineImpl(Transport& transport, const EngineOptions& options)
     : transport_(transport),
       options_(options),
       recorder_(static_cast<size_t>(std::max(0, options.trace_depth))),
-      instance_(g_engine_instances.fetch_add(1)) {}
+      trace_(g_engine_instances.fetch_add(1)),
+      poll_(std::chrono::microseconds(options.busy_poll_us)) {}
 
 EngineImpl::~EngineImpl() {
   (void)shutdown();
-  if (trace_registered_) unregister_trace_source(this);
+  if (trace_.registered) unregister_trace_source(this);
 }
 
 Status EngineImpl::dump_trace(const std::string& dir, const std::string& reason,
@@ -80,9 +82,9 @@ Status EngineImpl::dump_trace(const std::string& dir, const std::string& reason,
   TraceHeader header;
   header.rank = options_.rank;
   header.size = options_.size;
-  header.instance = instance_;
+  header.instance = trace_.instance;
   header.reason = reason;
-  const std::string file = trace_file_path(where, options_.rank, instance_);
+  const std::string file = trace_file_path(where, options_.rank, trace_.instance);
   ZRT_RETURN_IF_ERROR(write_trace_file(recorder_, header, file));
   if (path != nullptr) *path = file;
   return Status::ok();
@@ -114,19 +116,19 @@ Status EngineImpl::init() {
   if (!options_.trace_dir.value_or("").empty() && recorder_.depth() > 0) {
     std::string error;
     if (!register_trace_source(this, &error)) return Status(ZRT_SYSTEM_ERROR, error);
-    trace_registered_ = true;
+    trace_.registered = true;
   }
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return Status::system_error("engine: eventfd", errno);
-  thread_ = std::thread([this] { run(); });
-  thread_started_ = true;
+  thread_.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (thread_.wake_fd < 0) return Status::system_error("engine: eventfd", errno);
+  thread_.handle = std::thread([this] { run(); });
+  thread_.started = true;
   return Status::ok();
 }
 
 void EngineImpl::wake() {
   const uint64_t one = 1;
   // EAGAIN means the counter is already non-zero: the thread will wake anyway.
-  ssize_t written = ::write(wake_fd_, &one, sizeof(one));
+  ssize_t written = ::write(thread_.wake_fd, &one, sizeof(one));
   (void)written;
 }
 
@@ -143,8 +145,8 @@ Status EngineImpl::create_stream(zrt_mem_kind_t kind, Stream** stream) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status::invalid_usage("create_stream: the progress engine was shut down");
-  const int index = next_stream_index_;
-  for (const auto& live : streams_) {
+  const int index = streams_.next_index;
+  for (const auto& live : streams_.live) {
     if ((live->index() & (kMaxLiveStreams - 1)) == (index & (kMaxLiveStreams - 1))) {
       return Status::invalid_usage(
           "create_stream: a communicator holds at most {} live streams (the documented cap, set "
@@ -153,20 +155,20 @@ Status EngineImpl::create_stream(zrt_mem_kind_t kind, Stream** stream) {
     }
   }
   auto created = std::make_shared<StreamImpl>(*this, index, kind);
-  if (failed_) {
+  if (failure_.failed) {
     created->failed_ = true;
-    created->error_ = error_;
+    created->error_ = failure_.error;
   }
-  ++next_stream_index_;
-  streams_.push_back(created);
-  ++streams_version_;
+  ++streams_.next_index;
+  streams_.live.push_back(created);
+  ++streams_.version;
   *stream = created.get();
   return Status::ok();
 }
 
 std::shared_ptr<StreamImpl> EngineImpl::shared_stream(StreamImpl* stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& live : streams_) {
+  for (const auto& live : streams_.live) {
     if (live.get() == stream) return live;
   }
   return nullptr;
@@ -185,9 +187,10 @@ Status EngineImpl::destroy_stream(Stream* stream) {
     std::lock_guard<std::mutex> lock(mu_);
     shared->destroyed_ = true;
     shared->queue_.clear();
-    streams_.erase(std::remove(streams_.begin(), streams_.end(), shared), streams_.end());
-    retired_.push_back(shared);
-    ++streams_version_;
+    Streams& live = streams_.live;
+    live.erase(std::remove(live.begin(), live.end(), shared), live.end());
+    streams_.retired.push_back(shared);
+    ++streams_.version;
   }
   wake();
   // A failed stream's synchronize returns at once, while the progress thread may still be in
@@ -195,7 +198,7 @@ Status EngineImpl::destroy_stream(Stream* stream) {
   // frees next (a survivor segfaulted after a peer's death). The stream is the caller's to
   // forget once the thread has passed the top of its loop, where it lets go of it.
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return shared->released_ || loop_exited_ || !thread_started_; });
+  done_cv_.wait(lock, [&] { return shared->released_ || loop_exited_ || !thread_.started; });
   return status;
 }
 
@@ -218,7 +221,7 @@ Status EngineImpl::destroy_event(Event* event) {
 }
 
 Status EngineImpl::point_status_locked(const StreamImpl& stream, uint64_t ticket) {
-  if (stream.completed_ >= ticket) {
+  if (stream.tickets_.completed >= ticket) {
     // Reached before any failure; a failure afterwards is still the stream's sticky error.
     if (stream.failed_) return stream.error_;
     return Status::ok();
@@ -239,7 +242,7 @@ Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_
     Status status = point_status_locked(*stream, ticket);
     if (status.code() != ZRT_IN_PROGRESS) return status;
     if (options_.busy_poll_us > 0 && stream->queue_.empty() &&
-        stream->running_small_.load(std::memory_order_relaxed) &&
+        stream->running_.small.load(std::memory_order_relaxed) &&
         std::chrono::steady_clock::now() < poll_until) {
       lock.unlock();
       sched_yield();
@@ -248,7 +251,7 @@ Status EngineImpl::wait_point(const std::shared_ptr<StreamImpl>& stream, uint64_
     }
     // Bounded sleeps: progress is guaranteed by the tasks' own no-progress timeouts; the bound
     // only keeps a lost notification from stalling a waiter for long.
-    stream->wake_at_ = std::min(stream->wake_at_, ticket);
+    stream->tickets_.wake_at = std::min(stream->tickets_.wake_at, ticket);
     done_cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
 }
@@ -259,22 +262,22 @@ void EngineImpl::fail_stream_locked(StreamImpl& stream, const Status& reason) {
     stream.error_ = reason;
   }
   stream.queue_.clear();
-  stream.handed_off_.reset();  // started inline: it posted no transport operation
+  stream.inline_.handed_off.reset();  // started inline: it posted no transport operation
 }
 
 void EngineImpl::fail_engine(const Status& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_) return;
-    failed_ = true;
-    error_ = reason;
-    cancel_needed_ = true;
-    for (const auto& stream : streams_) fail_stream_locked(*stream, reason);
+    if (failure_.failed) return;
+    failure_.failed = true;
+    failure_.error = reason;
+    failure_.cancel_needed = true;
+    for (const auto& stream : streams_.live) fail_stream_locked(*stream, reason);
   }
   ZRT_LOG_WARN("communicator failed: {}", reason.message());
   done_cv_.notify_all();
   wake();
-  if (trace_registered_ && !failure_dumped_.exchange(true)) {
+  if (trace_.registered && !trace_.failure_dumped.exchange(true)) {
     std::string path;
     Status dumped = dump_trace("", reason.message(), &path);
     if (dumped.is_ok()) {
@@ -291,14 +294,14 @@ void EngineImpl::abort(const Status& reason) {
 
 Status EngineImpl::error() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return failed_ ? error_ : Status::ok();
+  return failure_.failed ? failure_.error : Status::ok();
 }
 
 Status EngineImpl::start_task(StreamImpl& stream) {
-  Task& task = *stream.running_;
+  Task& task = *stream.running_.task;
   StreamResources& resources = stream.resources_;
-  stream.tag_base_ = 0;
-  stream.sequence_ = 0;
+  stream.running_.tag_base = 0;
+  stream.running_.sequence = 0;
   if (task.communicates()) {
     const int peer = task.p2p_peer();
     if (peer >= 0) {
@@ -312,25 +315,25 @@ Status EngineImpl::start_task(StreamImpl& stream) {
       }
       uint32_t& sequence =
           task.p2p_is_send() ? resources.p2p_send_seq[peer] : resources.p2p_recv_seq[peer];
-      stream.tag_base_ = make_tag_base(true, stream.index(), sequence++);
+      stream.running_.tag_base = make_tag_base(true, stream.index(), sequence++);
     } else {
-      stream.sequence_ = resources.collective_seq++;
-      stream.tag_base_ = make_tag_base(false, stream.index(), stream.sequence_);
+      stream.running_.sequence = resources.collective_seq++;
+      stream.running_.tag_base = make_tag_base(false, stream.index(), stream.running_.sequence);
       ZRT_RETURN_IF_ERROR(acquire_staging(stream));
     }
   }
-  stream.start_time_ = std::chrono::steady_clock::now();
-  stream.running_small_ = task.communicates() && polls_for(task);
-  stream.last_advance_ = stream.start_time_;
-  stream.last_marker_ = task.progress_count();
-  stream.started_ = true;
-  if (stream.resumed_) {
+  stream.running_.start_time = std::chrono::steady_clock::now();
+  stream.running_.small = task.communicates() && polls_for(task);
+  stream.running_.last_advance = stream.running_.start_time;
+  stream.running_.last_marker = task.progress_count();
+  stream.running_.started = true;
+  if (stream.running_.resumed) {
     // Started on the submitting thread (inline_run.cc), which recorded its start.
-    stream.start_time_ = stream.handed_off_start_;
+    stream.running_.start_time = stream.inline_.handed_off_start;
     return Status::ok();
   }
-  recorder_.started(task.trace_ticket, stream.sequence_);
-  TaskContext context = context_for(stream, stream.tag_base_, stream.sequence_);
+  recorder_.started(task.trace_ticket, stream.running_.sequence);
+  TaskContext context = context_for(stream, stream.running_.tag_base, stream.running_.sequence);
   return task.start(context);
 }
 
@@ -346,22 +349,24 @@ Status EngineImpl::prepare_next(StreamImpl& stream) {
     if (!front.communicates() || front.p2p_peer() >= 0 || !front.wants_prepare()) {
       return Status::ok();
     }
-    stream.next_ = std::move(stream.queue_.front());
+    stream.running_.next = std::move(stream.queue_.front());
     stream.queue_.pop_front();
   }
   const uint32_t sequence = stream.resources_.collective_seq;
   TaskContext context =
       context_for(stream, make_tag_base(false, stream.index(), sequence), sequence);
-  return stream.next_->prepare(context).with_context(stream.next_->describe() + " (prepared)");
+  Task& next = *stream.running_.next;
+  return next.prepare(context).with_context(next.describe() + " (prepared)");
 }
 
 void EngineImpl::finish_task(StreamImpl& stream) {
-  Task& task = *stream.running_;
+  Task& task = *stream.running_.task;
   const auto now = std::chrono::steady_clock::now();
   const zrt_coll_kind_t kind = task.kind();
   if (kind >= 0 && kind < ZRT_COLL_KIND_COUNT) {
     const auto busy =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - stream.start_time_).count();
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - stream.running_.start_time)
+            .count();
     counters_.add(kind, task.internal(), task.bytes_sent(), task.bytes_received(),
                   static_cast<uint64_t>(busy));
   }
@@ -369,17 +374,17 @@ void EngineImpl::finish_task(StreamImpl& stream) {
     counters_.add_check(task.check_messages_sent(), task.check_bytes_sent());
   }
   recorder_.finished(task.trace_ticket, true);
-  if (task.communicates() && stream.running_small_) last_collective_end_ = now;
+  if (task.communicates() && stream.running_.small) poll_.collective_ended(now);
   ZRT_LOG_TRACE("stream {}: {} done", stream.index(), task.describe());
-  stream.running_.reset();
-  stream.started_ = false;
+  stream.running_.task.reset();
+  stream.running_.started = false;
   bool idle = false;
   bool notify = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++stream.completed_;
-    idle = stream.queue_.empty() && stream.next_ == nullptr;
-    notify = stream.take_waiters_locked();
+    ++stream.tickets_.completed;
+    idle = stream.queue_.empty() && stream.running_.next == nullptr;
+    notify = stream.tickets_.take_waiters_locked();
   }
   // Every operation of the finished task has completed, so its scratch holds nothing: an idle
   // stream gives it back, and 1000 mostly idle streams share a few.
@@ -387,22 +392,33 @@ void EngineImpl::finish_task(StreamImpl& stream) {
   if (notify) done_cv_.notify_all();
 }
 
+Status ScratchPool::take(Transport& transport, int stream_index, void** scratch) {
+  if (!idle_.empty()) {
+    *scratch = idle_.back();
+    idle_.pop_back();
+    return Status::ok();
+  }
+  ZRT_RETURN_IF_ERROR(
+      transport.alloc_registered(kStreamScratchBytes, scratch)
+          .with_context(fmt::format("staging memory of stream {} ({} bytes; {} already held by "
+                                    "streams running collectives at once)",
+                                    stream_index, kStreamScratchBytes,
+                                    allocated_ * kStreamScratchBytes)));
+  ++allocated_;
+  return Status::ok();
+}
+
+void ScratchPool::free_all(Transport& transport) {
+  for (void* scratch : idle_) transport.free_registered(scratch);
+  idle_.clear();
+  allocated_ = 0;
+}
+
 Status EngineImpl::acquire_staging(StreamImpl& stream) {
   StreamResources& resources = stream.resources_;
   if (resources.scratch == nullptr) {
     void* scratch = nullptr;
-    if (!free_scratch_.empty()) {
-      scratch = free_scratch_.back();
-      free_scratch_.pop_back();
-    } else {
-      ZRT_RETURN_IF_ERROR(
-          transport_.alloc_registered(kStreamScratchBytes, &scratch)
-              .with_context(fmt::format("staging memory of stream {} ({} bytes; {} already held by "
-                                        "streams running collectives at once)",
-                                        stream.index(), kStreamScratchBytes,
-                                        scratch_allocated_ * kStreamScratchBytes)));
-      ++scratch_allocated_;
-    }
+    ZRT_RETURN_IF_ERROR(scratch_.take(transport_, stream.index(), &scratch));
     resources.scratch = scratch;
     resources.scratch_bytes = kStreamScratchBytes;
   }
@@ -416,15 +432,9 @@ Status EngineImpl::acquire_staging(StreamImpl& stream) {
 
 void EngineImpl::return_scratch(StreamImpl& stream) {
   if (stream.resources_.scratch == nullptr) return;
-  free_scratch_.push_back(stream.resources_.scratch);
+  scratch_.give_back(stream.resources_.scratch);
   stream.resources_.scratch = nullptr;
   stream.resources_.scratch_bytes = 0;
-}
-
-void EngineImpl::free_scratch_pool() {
-  for (void* scratch : free_scratch_) transport_.free_registered(scratch);
-  free_scratch_.clear();
-  scratch_allocated_ = 0;
 }
 
 void EngineImpl::release_resources(StreamImpl& stream) {
@@ -456,16 +466,14 @@ void EngineImpl::release_resources(StreamImpl& stream) {
 
 // Fails the engine for a communicating task that made no progress for the timeout; otherwise
 // lowers *sleep_ms to the time left before the nearest deadline. Returns true if it failed.
-bool EngineImpl::check_timeouts(const std::vector<std::shared_ptr<StreamImpl>>& streams,
-                                std::chrono::steady_clock::time_point now, int* sleep_ms) {
+bool EngineImpl::check_timeouts(const Streams& streams, std::chrono::steady_clock::time_point now,
+                                int* sleep_ms) {
   const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
   for (const auto& stream : streams) {
-    if (stream->running_ == nullptr || !stream->started_ || !stream->running_->communicates()) {
-      continue;
-    }
-    const auto idle = now - stream->last_advance_;
+    if (!stream->running_.collective_started()) continue;
+    const auto idle = now - stream->running_.last_advance;
     if (idle >= timeout) {
-      const Task& task = *stream->running_;
+      const Task& task = *stream->running_.task;
       std::string waiting = task.waiting_on();
       // The rank waited on is often a neighbour that waits like this one; the peers that went
       // silent towards everyone are the likely cause, so they come first.
@@ -489,34 +497,58 @@ namespace {
 constexpr std::chrono::microseconds kYieldInterval{100};
 }  // namespace
 
-bool EngineImpl::collective_in_flight(const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+void BoundedPoll::worked() {
+  if (polling_ && slept_in_spell_) {
+    const auto spell = std::chrono::steady_clock::now() - since_;
+    bound_ = spell < 2 * kAdaptivePollMax
+                 ? std::min<std::chrono::microseconds>(2 * bound_, kAdaptivePollMax)
+                 : busy_poll_;
+  }
+  polling_ = false;
+  slept_in_spell_ = false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_yield_ >= kYieldInterval) {
+    sched_yield();
+    last_yield_ = now;
+  }
+}
+
+bool BoundedPoll::poll_again(std::chrono::steady_clock::time_point now, bool in_flight) {
+  if (in_flight && !polling_) {
+    polling_ = true;
+    since_ = now;
+  }
+  // One poll per quiet spell: after a sleep that brought nothing (a task waiting on memory
+  // wakes by timer) the thread sleeps again at once.
+  return (in_flight && now - since_ < bound_) || now - last_collective_end_ < busy_poll_;
+}
+
+void BoundedPoll::before_sleep(bool in_flight) {
+  if (!in_flight) polling_ = false;
+  if (polling_) slept_in_spell_ = true;  // the sleep ends this spell's poll
+}
+
+bool EngineImpl::collective_in_flight(const Streams& streams) {
   for (const auto& stream : streams) {
-    if (stream->running_ != nullptr && stream->started_ && stream->running_->communicates()) {
-      return true;
-    }
+    if (stream->running_.collective_started()) return true;
   }
   return false;
 }
 
-bool EngineImpl::memory_tasks_only(const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+bool EngineImpl::memory_tasks_only(const Streams& streams) {
   bool any = false;
   for (const auto& stream : streams) {
-    if (stream->inline_busy_ || stream->running_ == nullptr) continue;
-    if (stream->next_ != nullptr || !stream->running_->runs_inline(stream->resources_)) {
-      return false;
-    }
+    const RunningTask& running = stream->running_;
+    if (stream->inline_.busy || running.task == nullptr) continue;
+    if (running.next != nullptr || !running.task->runs_inline(stream->resources_)) return false;
     any = true;
   }
   return any;
 }
 
-bool EngineImpl::small_collective_in_flight(
-    const std::vector<std::shared_ptr<StreamImpl>>& streams) {
+bool EngineImpl::small_collective_in_flight(const Streams& streams) {
   for (const auto& stream : streams) {
-    if (stream->running_ != nullptr && stream->started_ && stream->running_->communicates() &&
-        stream->running_small_) {
-      return true;
-    }
+    if (stream->running_.collective_started() && stream->running_.small) return true;
   }
   return false;
 }
@@ -544,17 +576,18 @@ bool EngineImpl::ends_soon(const Task& task) const {
   return task.communicates() && table_bytes(task, options_.size) <= kInlineWaitMaxBytes;
 }
 
-bool EngineImpl::verdict_due(const std::vector<std::shared_ptr<StreamImpl>>& streams) const {
-  if (std::chrono::steady_clock::now() - verdict_time_ >=
+bool EngineImpl::verdict_due(const Streams& streams) const {
+  if (std::chrono::steady_clock::now() - peers_.verdict_time >=
       std::chrono::milliseconds(PeerVerdicts::kHoldMs)) {
     return true;
   }
+  const int verdict_stream = peers_.verdict.stream & (kMaxLiveStreams - 1);
   for (const auto& stream : streams) {
-    if ((stream->index() & (kMaxLiveStreams - 1)) != (verdict_.stream & (kMaxLiveStreams - 1))) {
+    if ((stream->index() & (kMaxLiveStreams - 1)) != verdict_stream) {
       continue;
     }
     // Started that collective (or a later one): its peers' verdict is about this call.
-    return stream->resources_.collective_seq > verdict_.sequence;
+    return stream->resources_.collective_seq > peers_.verdict.sequence;
   }
   return true;  // no such stream here
 }
@@ -563,19 +596,19 @@ Status EngineImpl::peer_failure_cause(const Status& failure, int stream, uint32_
   // A peer that failed and went (a mismatch it found, a death it saw) told every rank why just
   // before: its verdict names the cause, our error only the peer's end. A moment for it.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (!verdict_pending_ && std::chrono::steady_clock::now() < until) {
-    if (verdicts_.poll(&verdict_)) {
-      verdict_pending_ = true;
+  while (!peers_.verdict_pending && std::chrono::steady_clock::now() < until) {
+    if (peers_.verdicts.poll(&peers_.verdict)) {
+      peers_.verdict_pending = true;
     } else if (transport_.progress() == 0) {
       sched_yield();
     }
   }
-  if (verdict_pending_) {
-    verdict_pending_ = false;
-    return verdict_.failure;
+  if (peers_.verdict_pending) {
+    peers_.verdict_pending = false;
+    return peers_.verdict.failure;
   }
   // None came: this rank saw the failure first, and tells the others before it closes.
-  verdicts_.tell(transport_, failure, stream, sequence);
+  peers_.verdicts.tell(transport_, failure, stream, sequence);
   return failure;
 }
 
@@ -586,316 +619,330 @@ TaskContext EngineImpl::context_for(StreamImpl& stream, uint64_t tag_base, uint3
   return context;
 }
 
+// One turn: take the streams' next tasks, cancel (after a failure) or free what destroyed
+// streams held, drive the transport and the tasks, hear the peers; then, when nothing moved,
+// poll a while or sleep.
 void EngineImpl::run() {
   log_set_thread_rank(options_.rank);
-  {
-    Status posted = verdicts_.post(transport_, options_.rank, options_.size);
-    if (posted.is_ok()) {
-      posted = beacons_.start(transport_, options_.rank, options_.size, options_.timeout_ms);
-    }
-    if (!posted.is_ok()) fail_engine(posted);
-  }
-  std::chrono::milliseconds beacon_due{0};  // until the next beacons (PeerBeacons::tick)
-  auto last_yield = std::chrono::steady_clock::now();
-  const auto busy_poll = std::chrono::microseconds(options_.busy_poll_us);
-  bool polling = false;  // in the bounded poll, since poll_since
-  // The in-flight poll's bound adapts: a spell in which the thread gave up polling and slept,
-  // only for the peer to come soon after, doubles it (up to kAdaptivePollMax); a spell that
-  // outlasts twice that (a peer late by its own work) sets it back to busy_poll_us. Peers of
-  // back-to-back small collectives otherwise fall into a cascade: one sleeps (50 us and the
-  // timer's slack), the other's poll ends before it returns and it sleeps too, and so on each
-  // time: 8-byte all-reduces queued on a stream took 9-14 us each, 0.6 us with the longer poll.
-  auto poll_bound = busy_poll;
-  bool slept_in_spell = false;
-  std::chrono::steady_clock::time_point poll_since;
-  std::vector<std::shared_ptr<StreamImpl>> active;
-  std::vector<std::shared_ptr<StreamImpl>> retired;
-  uint64_t seen_version = std::numeric_limits<uint64_t>::max();
-  bool transport_failed = false;
-  bool transport_due = false;  // drive the transport on the next turn whatever runs
-  auto last_transport_progress = std::chrono::steady_clock::time_point{};
+  start_peer_watch();
+  poll_.start(std::chrono::steady_clock::now());
+  LoopState loop;
   for (;;) {
-    bool advanced = false;
-    bool cancel = false;
-    bool exit_now = false;
-    bool engine_failed = false;
-    bool memory_only = false;  // every running task moves its data through mapped memory
-    Status cancel_reason;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      engine_failed = failed_;
-      if (seen_version != streams_version_) {
-        active = streams_;
-        retired.insert(retired.end(), retired_.begin(), retired_.end());
-        retired_.clear();
-        seen_version = streams_version_;
-      }
-      if (cancel_needed_) {
-        cancel = true;
-        cancel_needed_ = false;
-        cancel_reason = error_;
-      }
-      bool busy = false;
-      for (const auto& stream : active) {
-        if (stream->inline_busy_) {
-          busy = true;  // the submitting thread runs this stream's task (inline_run.cc)
-          continue;
-        }
-        if (stream->running_ == nullptr && !stream->failed_ && stream->handed_off_ != nullptr) {
-          stream->running_ = std::move(stream->handed_off_);
-          stream->started_ = false;
-          stream->resumed_ = true;
-          advanced = true;
-        }
-        if (stream->running_ == nullptr && !stream->failed_ && stream->next_ != nullptr) {
-          stream->running_ = std::move(stream->next_);
-          stream->started_ = false;
-          stream->resumed_ = false;
-          advanced = true;
-        }
-        if (stream->running_ == nullptr && !stream->failed_ && !stream->queue_.empty()) {
-          stream->running_ = std::move(stream->queue_.front());
-          stream->queue_.pop_front();
-          stream->started_ = false;
-          stream->resumed_ = false;
-          advanced = true;
-        }
-        if (stream->running_ != nullptr || stream->next_ != nullptr || !stream->queue_.empty()) {
-          busy = true;
-        }
-      }
-      if (stopping_ && (!busy || failed_) && !cancel) exit_now = true;
-      memory_only = memory_tasks_only(active);
-    }
-    if (cancel) {
-      transport_.cancel_all(cancel_reason);
-      for (const auto& stream : active) {
-        stream->running_.reset();
-        stream->next_.reset();
-        stream->started_ = false;
-      }
-      done_cv_.notify_all();
+    Turn turn = begin_turn(loop);
+    if (turn.cancel) {
+      cancel_tasks(loop.active, turn.cancel_reason);
       continue;
     }
     // Only after any cancel: a stream destroyed once the engine failed (its synchronize returned
     // the error at once) may still hold a running task whose transport operations write into
     // the task and the stream's scratch; cancel_all ends them. Freeing first was a
     // use-after-free (AddressSanitizer, dead_peers and abort_release).
-    if (!retired.empty()) {
-      for (const auto& stream : retired) release_resources(*stream);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const auto& stream : retired) stream->released_ = true;
-      }
-      retired.clear();
-      done_cv_.notify_all();
-    }
-    if (exit_now) break;
+    release_retired(loop.retired);
+    if (turn.exit_now) break;
 
-    const bool timing = phase_clock_.on();
-    auto mark = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    // Adds the time since `mark` to `part` and moves the mark; only when the clock is on.
-    auto clock_part = [&](PhaseClock::Part part) {
-      if (!timing) return;
-      const auto now = std::chrono::steady_clock::now();
-      phase_clock_.add(
-          part, static_cast<uint64_t>(
-                    std::chrono::duration_cast<std::chrono::nanoseconds>(now - mark).count()));
-      mark = now;
-    };
-
-    // Drive the transport, even with nothing running: arm() refuses to sleep while it has events
-    // pending, and only progress() drains them. While every running task moves its data through
-    // mapped memory (a one-shot collective, back to back), the transport has nothing of theirs,
-    // so it is driven every kMemoryPathTransportInterval only (its beacons and verdicts work in
-    // milliseconds): each progress call is an epoll_wait, 40% of a queued 8-byte all-reduce's
-    // samples (perf).
-    {
-      const auto now = std::chrono::steady_clock::now();
-      if (transport_due || !memory_only ||
-          now - last_transport_progress >= kMemoryPathTransportInterval) {
-        transport_due = false;
-        last_transport_progress = now;
-        if (transport_.progress() > 0) advanced = true;
-      }
-    }
-    clock_part(PhaseClock::Part::kTransport);
-
-    for (const auto& stream : active) {
-      if (stream->running_ == nullptr) continue;
-      Task& task = *stream->running_;
-      Status status;
-      bool done = false;
-      if (!stream->started_) {
-        status = start_task(*stream);
-        advanced = true;
-      }
-      if (status.is_ok()) {
-        TaskContext context = context_for(*stream, stream->tag_base_, stream->sequence_);
-        status = task.progress(context, &done);
-      }
-      if (timing) {
-        if (task.communicates()) {
-          clock_part(PhaseClock::Part::kTask);
-        } else {
-          mark = std::chrono::steady_clock::now();
-        }
-      }
-      if (!status.is_ok()) {
-        Status failure =
-            status.with_context(fmt::format("{} on stream {}", task.describe(), stream->index()));
-        recorder_.finished(task.trace_ticket, false);
-        if (task.communicates()) {
-          if (task.tell_peers()) {
-            verdicts_.tell(transport_, failure, stream->index(), stream->sequence_);
-          } else if (failure.code() == ZRT_REMOTE_ERROR) {
-            failure = peer_failure_cause(failure, stream->index(), stream->sequence_);
-          }
-          fail_engine(failure);  // cancels the transport before any task is dropped
-        } else {
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            fail_stream_locked(*stream, failure);
-          }
-          stream->running_.reset();
-          stream->started_ = false;
-          done_cv_.notify_all();
-        }
-        advanced = true;
-        continue;
-      }
-      const uint64_t marker = task.progress_count();
-      if (marker != stream->last_marker_) {
-        stream->last_marker_ = marker;
-        stream->last_advance_ = std::chrono::steady_clock::now();
-        advanced = true;
-      }
-      if (done) {
-        finish_task(*stream);
-        advanced = true;
-      } else if (stream->next_ == nullptr && task.ready_for_next()) {
-        Status prepared = prepare_next(*stream);
-        if (!prepared.is_ok()) {
-          fail_engine(prepared.with_context(fmt::format("stream {}", stream->index())));
-          advanced = true;
-          continue;
-        }
-      }
-    }
-
-    // After the tasks: a verdict is about a later collective than the one running here, which
-    // its peers finished, so that one's last completions (delivered with the verdict) count.
-    if (!verdict_pending_ && verdicts_.poll(&verdict_)) {
-      verdict_pending_ = true;
-      verdict_time_ = std::chrono::steady_clock::now();
-    }
-    if (verdict_pending_ && verdict_due(active)) {
-      verdict_pending_ = false;
-      fail_engine(verdict_.failure);
+    PhaseMark clock(phase_clock_);
+    if (drive_transport(loop, turn.memory_only)) turn.advanced = true;
+    clock.add(PhaseClock::Part::kTransport);
+    if (drive_tasks(loop.active, clock)) turn.advanced = true;
+    if (watch_peers(loop, turn.engine_failed)) continue;
+    if (turn.advanced) {
+      poll_.worked();
       continue;
     }
-    if (!transport_failed) {
-      Status health = transport_.health();
-      if (!health.is_ok()) {
-        transport_failed = true;  // reported once; the engine stays failed
-        fail_engine(peer_failure_cause(health, -1, 0));
-        continue;
-      }
-    }
-    // A failed engine has cancelled its transport's operations and sends no more beacons.
-    if (!engine_failed) beacon_due = beacons_.tick(transport_, std::chrono::steady_clock::now());
-    if (advanced) {
-      if (polling && slept_in_spell) {
-        const auto spell = std::chrono::steady_clock::now() - poll_since;
-        poll_bound = spell < 2 * kAdaptivePollMax
-                         ? std::min<std::chrono::microseconds>(2 * poll_bound, kAdaptivePollMax)
-                         : busy_poll;
-      }
-      polling = false;
-      slept_in_spell = false;
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_yield >= kYieldInterval) {
-        sched_yield();
-        last_yield = now;
-      }
-      continue;
-    }
-    // The bounded poll: a collective in flight waits on its peers' next notification, which
-    // usually comes within microseconds; a sleep would add a wake-up to each. Yielding every
-    // turn gives the core to any other runnable thread (more ranks than cores still run), and
-    // past the bound the thread sleeps as before, so an idle or stalled rank costs nothing.
-    // Just after a collective ended it polls as long too: small collectives come back to back
-    // (a layer's gathers, the step's votes), and the next one's enqueue then needs no wake-up.
-    if (busy_poll.count() > 0) {
-      const auto now = std::chrono::steady_clock::now();
-      const bool in_flight = small_collective_in_flight(active);
-      if (in_flight && !polling) {
-        polling = true;
-        poll_since = now;
-      }
-      // One poll per quiet spell: after a sleep that brought nothing (a task waiting on memory
-      // wakes by timer) the thread sleeps again at once.
-      if ((in_flight && now - poll_since < poll_bound) || now - last_collective_end_ < busy_poll) {
-        sched_yield();
-        if (in_flight) {
-          clock_part(PhaseClock::Part::kPoll);
-        } else if (timing) {
-          mark = std::chrono::steady_clock::now();
-        }
-        continue;
-      }
-    }
-    if (!small_collective_in_flight(active)) polling = false;
-    if (polling) slept_in_spell = true;  // the sleep below ends this spell's poll
+    if (poll_before_sleep(loop.active, clock)) continue;
+    sleep_until_work(loop, turn.engine_failed, clock);
+  }
+  end_loop(loop.active);
+}
 
-    int sleep_ms = 100;  // idle turns also let the transport run its keepalive
-    if (!engine_failed)
-      sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, beacon_due.count()));
-    const auto now = std::chrono::steady_clock::now();
-    int64_t memory_sleep_us = -1;  // none: no task waits on memory
-    for (const auto& stream : active) {
-      if (dynamic_cast<const ForeignEventWaitTask*>(stream->running_.get()) != nullptr) {
-        sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
-      }
-      if (stream->running_ != nullptr && stream->started_ && stream->running_->polls_memory()) {
-        // Peers' stores wake nothing: look again soon, less often the longer the wait.
-        const auto waited =
-            std::chrono::duration_cast<std::chrono::microseconds>(now - stream->last_advance_);
-        const int64_t interval =
-            std::clamp<int64_t>(waited.count() / kMemoryWaitSleepDivisor, kMemoryWaitMinSleepUs,
-                                int64_t{kMemoryWaitMaxSleepMs} * 1000);
-        memory_sleep_us = memory_sleep_us < 0 ? interval : std::min(memory_sleep_us, interval);
-      }
-    }
-    if (check_timeouts(active, std::chrono::steady_clock::now(), &sleep_ms)) continue;
-    if (!transport_.arm()) {
-      transport_due = true;  // events are pending: the next turn drains them
-      continue;
-    }
-    int64_t sleep_us = int64_t{sleep_ms} * 1000;
-    if (memory_sleep_us >= 0) sleep_us = std::min(sleep_us, memory_sleep_us);
-    const timespec sleep_for{static_cast<time_t>(sleep_us / 1000000),
-                             static_cast<long>(sleep_us % 1000000) * 1000};
-    pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const bool timed_sleep = timing && collective_in_flight(active);
-    if (timed_sleep) mark = std::chrono::steady_clock::now();
-    const int ready = ::ppoll(fds, 2, &sleep_for, nullptr);
-    if (timed_sleep) clock_part(PhaseClock::Part::kSleep);
-    if (ready < 0 && errno != EINTR) {
-      fail_engine(Status::system_error("progress thread: poll", errno));
-      continue;
-    }
-    if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
-      uint64_t count = 0;
-      ssize_t got = ::read(wake_fd_, &count, sizeof(count));
-      (void)got;
+void EngineImpl::start_peer_watch() {
+  Status posted = peers_.verdicts.post(transport_, options_.rank, options_.size);
+  if (posted.is_ok()) {
+    posted = peers_.beacons.start(transport_, options_.rank, options_.size, options_.timeout_ms);
+  }
+  if (!posted.is_ok()) fail_engine(posted);
+}
+
+// Under mu_: looks at the streams anew when they changed, takes over a cancel that a failure
+// asked for, and gives every idle stream its next task.
+EngineImpl::Turn EngineImpl::begin_turn(LoopState& loop) {
+  Turn turn;
+  std::lock_guard<std::mutex> lock(mu_);
+  turn.engine_failed = failure_.failed;
+  if (loop.seen_version != streams_.version) {
+    loop.active = streams_.live;
+    loop.retired.insert(loop.retired.end(), streams_.retired.begin(), streams_.retired.end());
+    streams_.retired.clear();
+    loop.seen_version = streams_.version;
+  }
+  if (failure_.cancel_needed) {
+    turn.cancel = true;
+    failure_.cancel_needed = false;
+    turn.cancel_reason = failure_.error;
+  }
+  bool busy = false;
+  for (const auto& stream : loop.active) {
+    if (take_next_task_locked(*stream, &turn.advanced)) busy = true;
+  }
+  if (stopping_ && (!busy || failure_.failed) && !turn.cancel) turn.exit_now = true;
+  turn.memory_only = memory_tasks_only(loop.active);
+  return turn;
+}
+
+// Under mu_: a stream that runs nothing takes the task an inline run handed off, else the one
+// prepared, else its queue's head. Returns whether the stream has work.
+bool EngineImpl::take_next_task_locked(StreamImpl& stream, bool* advanced) {
+  // The submitting thread runs this stream's task (inline_run.cc).
+  if (stream.inline_.busy) return true;
+  RunningTask& running = stream.running_;
+  if (running.task == nullptr && !stream.failed_ && stream.inline_.handed_off != nullptr) {
+    running.take(std::move(stream.inline_.handed_off), true);
+    *advanced = true;
+  }
+  if (running.task == nullptr && !stream.failed_ && running.next != nullptr) {
+    running.take(std::move(running.next), false);
+    *advanced = true;
+  }
+  if (running.task == nullptr && !stream.failed_ && !stream.queue_.empty()) {
+    running.take(std::move(stream.queue_.front()), false);
+    stream.queue_.pop_front();
+    *advanced = true;
+  }
+  return running.task != nullptr || running.next != nullptr || !stream.queue_.empty();
+}
+
+void EngineImpl::cancel_tasks(const Streams& active, const Status& reason) {
+  transport_.cancel_all(reason);
+  for (const auto& stream : active) stream->running_.drop();
+  done_cv_.notify_all();
+}
+
+void EngineImpl::release_retired(Streams& retired) {
+  if (retired.empty()) return;
+  for (const auto& stream : retired) release_resources(*stream);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& stream : retired) stream->released_ = true;
+  }
+  retired.clear();
+  done_cv_.notify_all();
+}
+
+// Drive the transport, even with nothing running: arm() refuses to sleep while it has events
+// pending, and only progress() drains them. While every running task moves its data through
+// mapped memory (a one-shot collective, back to back), the transport has nothing of theirs,
+// so it is driven every kMemoryPathTransportInterval only (its beacons and verdicts work in
+// milliseconds): each progress call is an epoll_wait, 40% of a queued 8-byte all-reduce's
+// samples (perf; measured: docs/ARCHITECTURE.md#progress-engine). Returns whether the transport
+// completed something.
+bool EngineImpl::drive_transport(LoopState& loop, bool memory_only) {
+  const auto now = std::chrono::steady_clock::now();
+  if (loop.transport_due || !memory_only ||
+      now - loop.last_transport_progress >= kMemoryPathTransportInterval) {
+    loop.transport_due = false;
+    loop.last_transport_progress = now;
+    if (transport_.progress() > 0) return true;
+  }
+  return false;
+}
+
+// Starts or advances every running task, one per stream; returns whether any moved.
+bool EngineImpl::drive_tasks(const Streams& active, PhaseMark& clock) {
+  bool advanced = false;
+  for (const auto& stream : active) {
+    if (stream->running_.task == nullptr) continue;
+    if (drive_task(*stream, clock)) advanced = true;
+  }
+  return advanced;
+}
+
+bool EngineImpl::drive_task(StreamImpl& stream, PhaseMark& clock) {
+  RunningTask& running = stream.running_;
+  Task& task = *running.task;
+  bool advanced = false;
+  Status status;
+  bool done = false;
+  if (!running.started) {
+    status = start_task(stream);
+    advanced = true;
+  }
+  if (status.is_ok()) {
+    TaskContext context = context_for(stream, running.tag_base, running.sequence);
+    status = task.progress(context, &done);
+  }
+  if (clock.on()) {
+    if (task.communicates()) {
+      clock.add(PhaseClock::Part::kTask);
+    } else {
+      clock.skip();
     }
   }
-  verdicts_.close(transport_);
-  beacons_.close(transport_);
+  if (!status.is_ok()) {
+    fail_task(stream, task, status);
+    return true;
+  }
+  const uint64_t marker = task.progress_count();
+  if (marker != running.last_marker) {
+    running.last_marker = marker;
+    running.last_advance = std::chrono::steady_clock::now();
+    advanced = true;
+  }
+  if (done) {
+    finish_task(stream);
+    return true;
+  }
+  if (running.next == nullptr && task.ready_for_next()) {
+    Status prepared = prepare_next(stream);
+    if (!prepared.is_ok()) {
+      fail_engine(prepared.with_context(fmt::format("stream {}", stream.index())));
+      return true;
+    }
+  }
+  return advanced;
+}
+
+// A communicating task's failure fails the engine (the peers hear of it, or tell this rank its
+// cause); a local task's fails only its stream.
+void EngineImpl::fail_task(StreamImpl& stream, Task& task, const Status& status) {
+  Status failure =
+      status.with_context(fmt::format("{} on stream {}", task.describe(), stream.index()));
+  recorder_.finished(task.trace_ticket, false);
+  if (task.communicates()) {
+    if (task.tell_peers()) {
+      peers_.verdicts.tell(transport_, failure, stream.index(), stream.running_.sequence);
+    } else if (failure.code() == ZRT_REMOTE_ERROR) {
+      failure = peer_failure_cause(failure, stream.index(), stream.running_.sequence);
+    }
+    fail_engine(failure);  // cancels the transport before any task is dropped
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_stream_locked(stream, failure);
+  }
+  stream.running_.task.reset();
+  stream.running_.started = false;
+  done_cv_.notify_all();
+}
+
+// After the tasks: a peer's verdict, the transport's health, the beacons. Returns true when
+// the engine failed here (the next turn cancels).
+bool EngineImpl::watch_peers(LoopState& loop, bool engine_failed) {
+  // A verdict is about a later collective than the one running here, which its peers
+  // finished, so that one's last completions (delivered with the verdict) count.
+  if (!peers_.verdict_pending && peers_.verdicts.poll(&peers_.verdict)) {
+    peers_.verdict_pending = true;
+    peers_.verdict_time = std::chrono::steady_clock::now();
+  }
+  if (peers_.verdict_pending && verdict_due(loop.active)) {
+    peers_.verdict_pending = false;
+    fail_engine(peers_.verdict.failure);
+    return true;
+  }
+  if (!loop.transport_failed) {
+    Status health = transport_.health();
+    if (!health.is_ok()) {
+      loop.transport_failed = true;  // reported once; the engine stays failed
+      fail_engine(peer_failure_cause(health, -1, 0));
+      return true;
+    }
+  }
+  // A failed engine has cancelled its transport's operations and sends no more beacons.
+  if (!engine_failed) {
+    loop.beacon_due = peers_.beacons.tick(transport_, std::chrono::steady_clock::now());
+  }
+  return false;
+}
+
+// The bounded poll: a collective in flight waits on its peers' next notification, which
+// usually comes within microseconds; a sleep would add a wake-up to each. Yielding every
+// turn gives the core to any other runnable thread (more ranks than cores still run), and
+// past the bound the thread sleeps as before, so an idle or stalled rank costs nothing.
+// Just after a collective ended it polls as long too: small collectives come back to back
+// (a layer's gathers, the step's votes), and the next one's enqueue then needs no wake-up.
+// Returns whether to take another turn instead of sleeping.
+bool EngineImpl::poll_before_sleep(const Streams& active, PhaseMark& clock) {
+  if (!poll_.on()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  const bool in_flight = small_collective_in_flight(active);
+  if (!poll_.poll_again(now, in_flight)) return false;
+  sched_yield();
+  if (in_flight) {
+    clock.add(PhaseClock::Part::kPoll);
+  } else {
+    clock.skip();
+  }
+  return true;
+}
+
+// A quiet turn's end: unless a task timed out or the transport has events pending, sleeps
+// until the transport's or the engine's fd wakes the thread, the nearest deadline (a task's
+// timeout, the beacons), or a task that waits on memory looks again.
+void EngineImpl::sleep_until_work(LoopState& loop, bool engine_failed, PhaseMark& clock) {
+  poll_.before_sleep(small_collective_in_flight(loop.active));
+  int sleep_ms = 100;  // idle turns also let the transport run its keepalive
+  if (!engine_failed) {
+    sleep_ms = static_cast<int>(std::min<int64_t>(sleep_ms, loop.beacon_due.count()));
+  }
+  const int64_t memory_sleep_us = task_sleep_bound_us(loop.active, &sleep_ms);
+  if (check_timeouts(loop.active, std::chrono::steady_clock::now(), &sleep_ms)) return;
+  if (!transport_.arm()) {
+    loop.transport_due = true;  // events are pending: the next turn drains them
+    return;
+  }
+  int64_t sleep_us = int64_t{sleep_ms} * 1000;
+  if (memory_sleep_us >= 0) sleep_us = std::min(sleep_us, memory_sleep_us);
+  sleep_on_fds(loop.active, sleep_us, clock);
+}
+
+// What the running tasks allow the sleep: a foreign event's poll sets *sleep_ms; a task that
+// waits on memory bounds the returned microseconds (-1: no task waits on memory).
+int64_t EngineImpl::task_sleep_bound_us(const Streams& active, int* sleep_ms) const {
+  const auto now = std::chrono::steady_clock::now();
+  int64_t memory_sleep_us = -1;  // none: no task waits on memory
   for (const auto& stream : active) {
-    stream->running_.reset();
-    stream->next_.reset();
+    const RunningTask& running = stream->running_;
+    if (dynamic_cast<const ForeignEventWaitTask*>(running.task.get()) != nullptr) {
+      *sleep_ms = kForeignPollMs;  // nothing to sleep on: poll the foreign event
+    }
+    if (running.task != nullptr && running.started && running.task->polls_memory()) {
+      // Peers' stores wake nothing: look again soon, less often the longer the wait.
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::microseconds>(now - running.last_advance);
+      const int64_t interval =
+          std::clamp<int64_t>(waited.count() / kMemoryWaitSleepDivisor, kMemoryWaitMinSleepUs,
+                              int64_t{kMemoryWaitMaxSleepMs} * 1000);
+      memory_sleep_us = memory_sleep_us < 0 ? interval : std::min(memory_sleep_us, interval);
+    }
+  }
+  return memory_sleep_us;
+}
+
+void EngineImpl::sleep_on_fds(const Streams& active, int64_t sleep_us, PhaseMark& clock) {
+  const timespec sleep_for{static_cast<time_t>(sleep_us / 1000000),
+                           static_cast<long>(sleep_us % 1000000) * 1000};
+  pollfd fds[2] = {{transport_.event_fd(), POLLIN, 0}, {thread_.wake_fd, POLLIN, 0}};
+  const bool timed_sleep = clock.on() && collective_in_flight(active);
+  if (timed_sleep) clock.skip();
+  const int ready = ::ppoll(fds, 2, &sleep_for, nullptr);
+  if (timed_sleep) clock.add(PhaseClock::Part::kSleep);
+  if (ready < 0 && errno != EINTR) {
+    fail_engine(Status::system_error("progress thread: poll", errno));
+    return;
+  }
+  if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
+    uint64_t count = 0;
+    ssize_t got = ::read(thread_.wake_fd, &count, sizeof(count));
+    (void)got;
+  }
+}
+
+void EngineImpl::end_loop(const Streams& active) {
+  peers_.verdicts.close(transport_);
+  peers_.beacons.close(transport_);
+  for (const auto& stream : active) {
+    stream->running_.task.reset();
+    stream->running_.next.reset();
     release_resources(*stream);
   }
   {
@@ -908,33 +955,33 @@ void EngineImpl::run() {
 Status EngineImpl::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return failed_ ? error_ : Status::ok();
+    if (shut_down_) return failure_.failed ? failure_.error : Status::ok();
     shut_down_ = true;
     stopping_ = true;
   }
-  if (thread_started_) {
+  if (thread_.started) {
     wake();
-    thread_.join();
-    thread_started_ = false;
+    thread_.handle.join();
+    thread_.started = false;
   }
   // The thread is gone: this thread may touch the transport now.
-  std::vector<std::shared_ptr<StreamImpl>> streams;
+  Streams streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    streams = streams_;
-    streams.insert(streams.end(), retired_.begin(), retired_.end());
-    retired_.clear();
-    for (const auto& stream : streams_) {
+    streams = streams_.live;
+    streams.insert(streams.end(), streams_.retired.begin(), streams_.retired.end());
+    streams_.retired.clear();
+    for (const auto& stream : streams_.live) {
       if (!stream->queue_.empty()) {
         fail_stream_locked(*stream, Status::invalid_usage("the progress engine was shut down"));
       }
     }
   }
   for (const auto& stream : streams) release_resources(*stream);
-  free_scratch_pool();
-  if (wake_fd_ >= 0) {
-    ::close(wake_fd_);
-    wake_fd_ = -1;
+  scratch_.free_all(transport_);
+  if (thread_.wake_fd >= 0) {
+    ::close(thread_.wake_fd);
+    thread_.wake_fd = -1;
   }
   done_cv_.notify_all();
   return error();

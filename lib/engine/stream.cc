@@ -28,8 +28,8 @@ Status StreamImpl::enqueue(std::unique_ptr<Task> task) {
     }
     const bool slow = !engine_.ends_soon(*task);
     queue_.push_back(std::move(task));
-    ++enqueued_;
-    if (slow) last_slow_ticket_ = enqueued_;
+    ++tickets_.enqueued;
+    if (slow) tickets_.last_slow_ticket = tickets_.enqueued;
   }
   engine_.wake();
   return Status::ok();
@@ -57,14 +57,14 @@ Status StreamImpl::synchronize() {
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(engine_.mutex());
-    ticket = enqueued_;
+    ticket = tickets_.enqueued;
   }
   return engine_.wait_point(engine_.shared_stream(this), ticket);
 }
 
 Status StreamImpl::query() {
   std::lock_guard<std::mutex> lock(engine_.mutex());
-  return EngineImpl::point_status_locked(*this, enqueued_);
+  return EngineImpl::point_status_locked(*this, tickets_.enqueued);
 }
 
 Status StreamImpl::wait_event(Event& event) {

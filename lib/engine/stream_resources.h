@@ -70,8 +70,8 @@ struct OneShotArena {
   // collective k has finished k - 1, so the credit for k + 1 needs no load of its word (one
   // cross-core cache miss fewer per call).
   std::vector<uint64_t> peer_finished;
-  // Per rank, the current tiny deposit (at most 8 bytes, collectives/one_shot.cc), copied out
-  // of its 16-byte pair.
+  // Per rank, the current tiny deposit (at most 8 bytes, collectives/one_shot_deposit.cc),
+  // copied out of its 16-byte pair.
   std::vector<uint64_t> tiny_values;
   // The cma all-gather's reads through mappings (collectives/one_shot.h): per rank, its
   // registered allocations that inputs came from, mapped here, and its count of freed ones when
