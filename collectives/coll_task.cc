@@ -30,11 +30,11 @@ std::string describe_call(const CallDescription& call) {
 }
 
 Status CollTask::start(TaskContext& context) {
-  phase_index_ = 0;
+  phases_.rewind();
   phases_started_ = false;
   phases_done_ = false;
   tell_peers_ = false;
-  held_error_ = Status::ok();
+  held_.status = Status::ok();
   if (memory_path_) {
     // Every peer's header carries its call's fingerprint, compared before any of its data is
     // used (one_shot.h): what the order checker guarantees, without its messages.
@@ -76,9 +76,11 @@ Status CollTask::start_order_check(TaskContext& context) {
 
 Status CollTask::start_phases(TaskContext& context) {
   phases_started_ = true;
-  if (phase_count_ == 0) return Status::ok();
-  if (fingerprint_.enabled()) ZRT_RETURN_IF_ERROR(phases_[0]->start_fingerprint(context, *this));
-  return phases_[0]->start(context, *this);
+  if (phases_.empty()) return Status::ok();
+  if (fingerprint_.enabled()) {
+    ZRT_RETURN_IF_ERROR(phases_.first().start_fingerprint(context, *this));
+  }
+  return phases_.first().start(context, *this);
 }
 
 Status Phase::start_fingerprint(TaskContext& context, CollTask& task) {
@@ -104,10 +106,10 @@ Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
   };
   marker_ += static_cast<uint64_t>(fingerprint_.poll_companion());
   if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
-  if (!held_error_.is_ok()) {
-    const auto waited = std::chrono::steady_clock::now() - held_since_;
-    if (!worth_holding(held_error_) || waited >= std::chrono::milliseconds(kFingerprintGraceMs)) {
-      return held_error_;
+  if (!held_.status.is_ok()) {
+    const auto waited = std::chrono::steady_clock::now() - held_.since;
+    if (!worth_holding(held_.status) || waited >= std::chrono::milliseconds(kFingerprintGraceMs)) {
+      return held_.status;
     }
     return Status::ok();
   }
@@ -116,8 +118,8 @@ Status CollTask::run_fingerprinted(TaskContext& context, bool* done) {
     if (!status.is_ok()) {
       if (!fingerprint_.mismatch().is_ok()) return mismatch_failure();
       if (!worth_holding(status)) return status;
-      held_error_ = status;
-      held_since_ = std::chrono::steady_clock::now();
+      held_.status = status;
+      held_.since = std::chrono::steady_clock::now();
       return Status::ok();
     }
   }
@@ -158,15 +160,13 @@ Status CollTask::progress(TaskContext& context, bool* done) {
 }
 
 Status CollTask::run_phases(TaskContext& context, bool* done) {
-  while (phase_index_ < phase_count_) {
+  while (Phase* phase = phases_.current()) {
     bool phase_done = false;
-    ZRT_RETURN_IF_ERROR(phases_[phase_index_]->progress(context, *this, &phase_done));
+    ZRT_RETURN_IF_ERROR(phase->progress(context, *this, &phase_done));
     if (!phase_done) return Status::ok();
-    ++phase_index_;
+    phases_.next();
     ++marker_;
-    if (phase_index_ < phase_count_) {
-      ZRT_RETURN_IF_ERROR(phases_[phase_index_]->start(context, *this));
-    }
+    if (Phase* next = phases_.current()) ZRT_RETURN_IF_ERROR(next->start(context, *this));
   }
   waiting_peer_ = -1;
   *done = true;

@@ -88,7 +88,8 @@ class Phase {
 
 // A collective's arguments as describe() prints them ("all_reduce(8 x f32, sum)"), kept as
 // fields and formatted only when asked (errors, logs): a string formatted with every call took
-// about a tenth of a small collective's own time on the submitting thread.
+// a visible share of a small collective's own time on the submitting thread (measured:
+// docs/ARCHITECTURE.md#measured-costs).
 struct CallDescription {
   zrt_coll_kind_t kind = ZRT_COLL_ALL_REDUCE;
   size_t count = 0;
@@ -102,12 +103,11 @@ std::string describe_call(const CallDescription& call);
 class CollTask final : public Task {
  public:
   CollTask(const CallDescription& description, int p2p_peer = -1, bool is_send = false)
-      : kind_(description.kind),
-        description_(description),
+      : description_(description),
         p2p_peer_(p2p_peer),
         p2p_is_send_(is_send) {}
 
-  void add_phase(std::unique_ptr<Phase> phase) { phases_[phase_count_++] = std::move(phase); }
+  void add_phase(std::unique_ptr<Phase> phase) { phases_.add(std::move(phase)); }
   void set_local() { local_ = true; }
   void set_trace(const TraceCall& call) { trace_ = call; }
   TraceCall trace_call() const override { return trace_; }
@@ -123,8 +123,8 @@ class CollTask final : public Task {
   }
   bool waits_on_memory() const override { return memory_path_; }
   bool polls_memory() const override {
-    return memory_path_ || (phases_started_ && phase_index_ < phase_count_ &&
-                            phases_[phase_index_]->waits_on_memory());
+    return memory_path_ || (phases_started_ && phases_.current() != nullptr &&
+                            phases_.current()->waits_on_memory());
   }
   // The call's fingerprint for the order checker (collectives only, not point-to-point).
   void set_fingerprint(const OrderFingerprint& fingerprint) {
@@ -141,7 +141,7 @@ class CollTask final : public Task {
   Status start(TaskContext& context) override;
   Status progress(TaskContext& context, bool* done) override;
   bool communicates() const override { return !local_; }
-  zrt_coll_kind_t kind() const override { return kind_; }
+  zrt_coll_kind_t kind() const override { return description_.kind; }
   bool internal() const override { return internal_; }
   uint64_t bytes_sent() const override { return bytes_sent_; }
   uint64_t bytes_received() const override { return bytes_received_; }
@@ -193,16 +193,36 @@ class CollTask final : public Task {
   }
 
  private:
-  zrt_coll_kind_t kind_;
+  // The task's phases in order (at most two), and the one that runs now.
+  class PhaseList {
+   public:
+    void add(std::unique_ptr<Phase> phase) { phases_[count_++] = std::move(phase); }
+    bool empty() const { return count_ == 0; }
+    Phase& first() const { return *phases_[0]; }
+    // The phase that runs now; null once the last one is done.
+    Phase* current() const { return index_ < count_ ? phases_[index_].get() : nullptr; }
+    void next() { ++index_; }
+    void rewind() { index_ = 0; }
+
+   private:
+    std::array<std::unique_ptr<Phase>, 2> phases_;
+    int count_ = 0;
+    int index_ = 0;
+  };
+
+  // A data error waiting for the fingerprint that would name the calls (run_fingerprinted).
+  struct HeldError {
+    Status status;
+    std::chrono::steady_clock::time_point since;
+  };
+
   CallDescription description_;
   int p2p_peer_;
   bool p2p_is_send_;
   bool local_ = false;
   bool internal_ = false;
   bool memory_path_ = false;
-  std::array<std::unique_ptr<Phase>, 2> phases_;
-  int phase_count_ = 0;
-  int phase_index_ = 0;
+  PhaseList phases_;
   uint64_t bytes_sent_ = 0;
   uint64_t bytes_received_ = 0;
   uint64_t marker_ = 0;
@@ -218,8 +238,7 @@ class CollTask final : public Task {
   FingerprintCheck fingerprint_;
   bool tell_peers_ = false;
   TraceCall trace_;
-  Status held_error_;  // a data error waiting for the fingerprint that would name the calls
-  std::chrono::steady_clock::time_point held_since_;
+  HeldError held_;
 
   bool checking() const { return check_ != nullptr && check_->active(); }
   Status start_order_check(TaskContext& context);

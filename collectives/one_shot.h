@@ -53,6 +53,10 @@
 //
 // Counters: bytes_sent is this rank's contribution times the peers that read it, bytes_received
 // what it read out of the peers' slots, as if the data had travelled as messages.
+//
+// The files: one_shot_arena.h (the arena's layout), one_shot_handshake.cc, one_shot_deposit.cc
+// (the steps every mode shares), and each mode's reads in one_shot.cc, two_shot.cc and
+// cma_all_gather.cc.
 #pragma once
 
 #include <cstddef>
@@ -119,39 +123,53 @@ class OneShotPhase final : public Phase {
  private:
   enum class Step { kHandshake, kCredit, kWait, kShare, kDrain, kDone };
 
+  // The handshake (one_shot_handshake.cc): the stream's first one-shot collective maps every
+  // peer's arena.
   Status handshake(TaskContext& context, CollTask& task, bool* ready);
+  // Allocates the arena (the stream's first handshake), sends its key, posts the peers'.
+  Status post_keys(TaskContext& context, CollTask& task);
+  // Maps each peer's arena as its key arrives; `all` once every one is mapped.
+  Status map_peer_arenas(TaskContext& context, CollTask& task, bool* all);
+
+  // The steps every mode shares (one_shot_deposit.cc).
   Status move(TaskContext& context, CollTask& task, bool* done);
   bool credited(TaskContext& context, CollTask& task);
   Status deposit(TaskContext& context, CollTask& task);
-  // cma: the registered allocation the input lies in, if any, for the peers to map.
-  Status describe_source(TaskContext& context, uint64_t parity);
-  // cma: where `peer`'s input is mapped here, or null (then the kernel reads it).
-  Status mapped_source(TaskContext& context, int peer, const char* peer_slot, uint64_t source,
-                       size_t bytes, const char** mapped);
   Status published(TaskContext& context, CollTask& task, bool* all);
   Status unpublished(TaskContext& context, CollTask& task, char* arena, uint64_t parity);
   Status check_header(TaskContext& context, CollTask& task, int peer, const char* header) const;
-  const char* deposit_of(TaskContext& context, int rank, uint64_t parity) const;
   Status check_announced_call(CollTask& task, int peer, char* arena) const;
-  Status assemble(TaskContext& context);
-  // two-shot: reduces this rank's block into the output and its slot, and publishes it.
-  void reduce_own_block(TaskContext& context, CollTask& task);
-  // two-shot: copies the peers' reduced blocks as they publish them; `all` once every one is in.
-  void copy_reduced_blocks(TaskContext& context, CollTask& task, bool* all);
   // After the reads: `finished = k + 1`, then the drain (cma) or done.
   void finish_reads(TaskContext& context, CollTask& task);
-  // cma: copies every peer's block out of its process into the output.
-  Status read_peers(TaskContext& context);
-  // cma: whether every peer has finished this collective, that is read this rank's input.
-  bool drained(TaskContext& context, CollTask& task);
   // The header's byte-count word: deposit_bytes_, marked in cma mode.
   uint64_t expected_bytes_word() const;
+
+  // The one-shot mode's reads, and the reductions two-shot shares (one_shot.cc).
+  Status assemble(TaskContext& context);
+  const char* deposit_of(TaskContext& context, int rank, uint64_t parity) const;
   // Reduces elements [first, first + count) of every rank's slot data into `out` in ring order
   // for block `block`: ((x[block+1] + x[block+2]) + ...) + x[block].
   void reduce_in_ring_order(TaskContext& context, int block, size_t first, size_t count,
                             char* out) const;
   // The same elements in rank order: ((x0 + x1) + x2) + ...
   void reduce_in_rank_order(TaskContext& context, size_t first, size_t count, char* out) const;
+
+  // The two-shot mode (two_shot.cc).
+  // Reduces this rank's block into the output and its slot, and publishes it.
+  void reduce_own_block(TaskContext& context, CollTask& task);
+  // Copies the peers' reduced blocks as they publish them; `all` once every one is in.
+  void copy_reduced_blocks(TaskContext& context, CollTask& task, bool* all);
+
+  // The cma mode (cma_all_gather.cc).
+  // The registered allocation the input lies in, if any, for the peers to map.
+  Status describe_source(TaskContext& context, uint64_t parity);
+  // Where `peer`'s input is mapped here, or null (then the kernel reads it).
+  Status mapped_source(TaskContext& context, int peer, const char* peer_slot, uint64_t source,
+                       size_t bytes, const char** mapped);
+  // Copies every peer's block out of its process into the output.
+  Status read_peers(TaskContext& context);
+  // Whether every peer has finished this collective, that is read this rank's input.
+  bool drained(TaskContext& context, CollTask& task);
 
   zrt_coll_kind_t kind_;
   const char* input_;

@@ -9,7 +9,8 @@
 // Why: with the peers there, an 8-byte all-reduce's own work is a 16-byte store and load each
 // way (about 50 ns between two cores here); around it, building, running and freeing the heap
 // task and its phase (two allocations, the task's fingerprint and phase bookkeeping, the virtual
-// progress chain) was the larger part of the call's time (perf; bench_breakdown).
+// progress chain) was the larger part of the call's time (perf; bench_breakdown; measured:
+// docs/ARCHITECTURE.md#one-shot-collectives, "The one-shot lane").
 #pragma once
 
 #include "collectives/coll_task.h"

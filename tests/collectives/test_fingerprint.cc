@@ -38,8 +38,9 @@ const Case kCases[] = {
      "f32 = 1.1 MiB, max)", "f32 = 1.1 MiB, sum)"},
     {"op_direct", ZRT_COLL_ALL_REDUCE, 1000, ZRT_COLL_ALL_REDUCE, 1000, ZRT_F32, ZRT_MAX,
      "1000 x f32 = 3.9 KiB, max)", "1000 x f32 = 3.9 KiB, sum)"},
-    // 8 bytes: one-shot's tiny deposit (tag and data in one 16-byte store, one_shot.cc), whose
-    // tag hashes the call; 8 against 16 bytes: a tiny deposit against a header one.
+    // 8 bytes: one-shot's tiny deposit (tag and data in one 16-byte store,
+    // collectives/one_shot_deposit.cc), whose tag hashes the call; 8 against 16 bytes: a tiny
+    // deposit against a header one.
     {"op_tiny", ZRT_COLL_ALL_REDUCE, 2, ZRT_COLL_ALL_REDUCE, 2, ZRT_F32, ZRT_MAX, "max)", "sum)"},
     {"count_tiny", ZRT_COLL_ALL_REDUCE, 2, ZRT_COLL_ALL_REDUCE, 4, ZRT_F32, ZRT_SUM,
      "all_reduce(4 x f32", "all_reduce(2 x f32"},
