@@ -7,116 +7,97 @@
 namespace zrt {
 
 Status TwoLevelAllGather::start(TaskContext& context, CollTask&) {
-  const int hosts = grid_.hosts;
-  const int local = grid_.local;
-  if (hosts < 2 || local < 2 || hosts * local != context.size) {
+  if (grid_.hosts < 2 || grid_.local < 2 || grid_.hosts * grid_.local != context.size) {
     return Status(ZRT_INTERNAL_ERROR, "two-level all-gather: host grid does not fit the ranks");
   }
-  rank_ = context.rank;
-  host_ = grid_.host_of(rank_);
-  local_ = grid_.local_of(rank_);
-  host_members_.resize(local);
-  for (int j = 0; j < local; ++j) host_members_[j] = grid_.rank_of(host_, j);
-  cross_members_.resize(hosts);
-  for (int g = 0; g < hosts; ++g) cross_members_[g] = grid_.rank_of(g, local_);
-  host_output_.assign(local, nullptr);
-  host_length_.assign(local, 0);
-  for (int ring = 0; ring < kCrossRings; ++ring) {
-    cross_output_[ring].assign(hosts, nullptr);
-    cross_length_[ring].assign(hosts, 0);
-  }
-  host_ring_.init(&host_members_, local_, kHostMessageBytes, element_size_);
-  for (SubringGather& ring : cross_rings_) {
-    ring.init(&cross_members_, host_, kCrossMessageBytes, element_size_);
-  }
+  place_ranks(context);
   chunk_elems_ = std::max<size_t>(1, kChunkBytes / element_size_);
   chunks_ = (layout_.max_length() + chunk_elems_ - 1) / chunk_elems_;
-  cross_jobs_started_ = host_jobs_started_ = 0;
-  host_tag_ = cross_tag_ = tag_offset_;
-  if (host_windows_) {
-    // Every job of level two up front: the window numbers their units on from one to the next.
-    ZRT_RETURN_IF_ERROR(host_window_.attach(context, &host_members_, local_, element_size_));
-    const size_t output_bytes =
-        (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * element_size_;
-    host_window_.set_stream_output(output_bytes >= kStreamOutputMinBytes);
-    for (size_t chunk = 0; chunk < chunks_; ++chunk) {
-      for (int nth = 0; nth < hosts; ++nth) {
-        const int target = host_of_job(static_cast<size_t>(nth));
-        for (int j = 0; j < local; ++j) {
-          const int block = grid_.rank_of(target, j);
-          host_output_[j] = block_chunk(block, chunk);
-          host_length_[j] = layout_.chunk_length(block, chunk, chunk_elems_);
-        }
-        host_window_.add_job(host_output_.data(), host_length_.data());
-      }
-    }
-    host_window_.begin(tag_offset_, fingerprint_in_header_);
+  if (host_level_.windows) ZRT_RETURN_IF_ERROR(queue_window_jobs(context));
+  return Status::ok();
+}
+
+// This rank's place in both levels' rings, their job arrays, and their tags from tag_offset_.
+void TwoLevelAllGather::place_ranks(const TaskContext& context) {
+  host_ = grid_.host_of(context.rank);
+  local_ = grid_.local_of(context.rank);
+  host_level_.members.resize(grid_.local);
+  for (int j = 0; j < grid_.local; ++j) host_level_.members[j] = grid_.rank_of(host_, j);
+  host_level_.output.assign(grid_.local, nullptr);
+  host_level_.length.assign(grid_.local, 0);
+  host_level_.jobs_started = 0;
+  host_level_.tag = tag_offset_;
+  cross_level_.place(grid_, local_, tag_offset_);
+  host_level_.ring.init(&host_level_.members, local_, kHostMessageBytes, element_size_);
+  for (SubringGather& ring : cross_level_.rings()) {
+    ring.init(cross_level_.members(), host_, kCrossMessageBytes, element_size_);
   }
+}
+
+// Every job of level two up front: the window numbers their units on from one to the next.
+Status TwoLevelAllGather::queue_window_jobs(TaskContext& context) {
+  HostWindowGather& window = host_level_.window;
+  ZRT_RETURN_IF_ERROR(window.attach(context, &host_level_.members, local_, element_size_));
+  const size_t output_bytes =
+      (layout_.offset(context.size - 1) + layout_.length(context.size - 1)) * element_size_;
+  window.set_stream_output(output_bytes >= kStreamOutputMinBytes);
+  for (size_t chunk = 0; chunk < chunks_; ++chunk) {
+    for (int nth = 0; nth < grid_.hosts; ++nth) {
+      set_host_job(chunk, host_of_job(static_cast<size_t>(nth)));
+      window.add_job(host_level_.output.data(), host_level_.length.data());
+    }
+  }
+  window.begin(tag_offset_, fingerprint_in_header_);
   return Status::ok();
 }
 
 Status TwoLevelAllGather::start_fingerprint(TaskContext& context, CollTask& task) {
   ZRT_RETURN_IF_ERROR(start_two_level_fingerprint(context, task, grid_, layout_, element_size_,
-                                                  host_windows_, &fingerprint_in_header_));
-  if (fingerprint_in_header_) cross_rings_[0].carry_fingerprint();
+                                                  host_level_.windows, &fingerprint_in_header_));
+  if (fingerprint_in_header_) cross_level_.ring(0).carry_fingerprint();
   return Status::ok();
+}
+
+void TwoLevelAllGather::set_host_job(size_t chunk, int target) {
+  for (int j = 0; j < grid_.local; ++j) {
+    const int block = grid_.rank_of(target, j);
+    host_level_.output[j] = block_chunk(block, chunk);
+    host_level_.length[j] = layout_.chunk_length(block, chunk, chunk_elems_);
+  }
 }
 
 // Level one, chunk k: block (g, l) of every host g, this rank's own from the input.
 bool TwoLevelAllGather::start_cross_job() {
-  if (cross_jobs_started_ == chunks_) return false;
-  const size_t chunk = cross_jobs_started_;
-  const int ring = static_cast<int>(chunk % kCrossRings);
-  if (cross_rings_[ring].active()) return false;
+  if (cross_level_.started() == chunks_) return false;
+  const size_t chunk = cross_level_.started();
+  const int ring = cross_level_.next_ring();
+  if (cross_level_.ring(ring).active()) return false;
   for (int g = 0; g < grid_.hosts; ++g) {
     const int block = grid_.rank_of(g, local_);
-    cross_output_[ring][g] = block_chunk(block, chunk);
-    cross_length_[ring][g] = layout_.chunk_length(block, chunk, chunk_elems_);
+    cross_level_.set_block(ring, g, block_chunk(block, chunk),
+                           layout_.chunk_length(block, chunk, chunk_elems_));
   }
-  cross_rings_[ring].begin(cross_output_[ring].data(), cross_length_[ring].data(),
-                           own_ + chunk * chunk_elems_ * element_size_, cross_tag_);
-  cross_tag_ += cross_rings_[ring].units();
-  ++cross_jobs_started_;
+  cross_level_.ring(ring).begin(cross_level_.blocks(ring), cross_level_.lengths(ring),
+                                own_ + chunk * chunk_elems_ * element_size_, cross_level_.tag());
+  cross_level_.started_job(ring);
   return true;
 }
 
-size_t TwoLevelAllGather::cross_jobs_done() const {
-  // Chunk k ran on ring k % kCrossRings: every chunk before the last kCrossRings started is
-  // done; of those, the oldest still active is the first not done.
-  const size_t started = cross_jobs_started_;
-  for (size_t chunk = started > kCrossRings ? started - kCrossRings : 0; chunk < started; ++chunk) {
-    if (cross_rings_[chunk % kCrossRings].active()) return chunk;
-  }
-  return started;
-}
-
-bool TwoLevelAllGather::cross_active() const {
-  for (const SubringGather& ring : cross_rings_) {
-    if (ring.active()) return true;
-  }
-  return false;
-}
-
 size_t TwoLevelAllGather::host_jobs_ready() const {
-  const size_t delivered = cross_jobs_done();
-  return delivered * grid_.hosts + (cross_jobs_started_ > delivered ? 1 : 0);
+  const size_t delivered = cross_level_.done();
+  return delivered * grid_.hosts + (cross_level_.started() > delivered ? 1 : 0);
 }
 
 // Level two, job (k, g): chunk k of host g's L blocks, once level one delivered chunk k (the own
 // host's: started it).
 bool TwoLevelAllGather::start_host_job() {
-  if (host_ring_.active() || host_jobs_started_ == chunks_ * grid_.hosts) return false;
-  if (host_jobs_started_ >= host_jobs_ready()) return false;
-  const size_t chunk = host_jobs_started_ / grid_.hosts;
-  const int target = host_of_job(host_jobs_started_);
-  for (int j = 0; j < grid_.local; ++j) {
-    const int block = grid_.rank_of(target, j);
-    host_output_[j] = block_chunk(block, chunk);
-    host_length_[j] = layout_.chunk_length(block, chunk, chunk_elems_);
-  }
-  host_ring_.begin(host_output_.data(), host_length_.data(), host_output_[local_], host_tag_);
-  host_tag_ += host_ring_.units();
-  ++host_jobs_started_;
+  HostLevel& level = host_level_;
+  if (level.ring.active() || level.jobs_started == chunks_ * grid_.hosts) return false;
+  if (level.jobs_started >= host_jobs_ready()) return false;
+  set_host_job(level.jobs_started / grid_.hosts, host_of_job(level.jobs_started));
+  level.ring.begin(level.output.data(), level.length.data(), level.output[local_], level.tag);
+  level.tag += level.ring.units();
+  ++level.jobs_started;
   return true;
 }
 
@@ -124,27 +105,27 @@ Status TwoLevelAllGather::progress(TaskContext& context, CollTask& task, bool* d
   for (;;) {
     bool moved = false;
     while (start_cross_job()) moved = true;
-    for (SubringGather& ring : cross_rings_) {
+    for (SubringGather& ring : cross_level_.rings()) {
       ZRT_RETURN_IF_ERROR(ring.progress(context, task, &moved));
     }
-    if (host_windows_) {
-      ZRT_RETURN_IF_ERROR(host_window_.progress(context, task, host_jobs_ready(), &moved));
+    if (host_level_.windows) {
+      ZRT_RETURN_IF_ERROR(host_level_.window.progress(context, task, host_jobs_ready(), &moved));
     } else {
       moved |= start_host_job();
-      ZRT_RETURN_IF_ERROR(host_ring_.progress(context, task, &moved));
+      ZRT_RETURN_IF_ERROR(host_level_.ring.progress(context, task, &moved));
     }
     if (!moved) break;
   }
-  if (cross_active()) {
-    task.note_waiting(cross_rings_[0].left());
-  } else if (host_windows_) {
+  if (cross_level_.active()) {
+    task.note_waiting(cross_level_.left());
+  } else if (host_level_.windows) {
     bool host_done = false;
-    ZRT_RETURN_IF_ERROR(host_window_.finished(task, &host_done));
-    if (host_done && cross_jobs_started_ == chunks_) *done = true;
-    if (!host_done) task.note_waiting(host_window_.left());
-  } else if (host_ring_.active()) {
-    task.note_waiting(host_ring_.left());
-  } else if (host_jobs_started_ == chunks_ * grid_.hosts) {
+    ZRT_RETURN_IF_ERROR(host_level_.window.finished(task, &host_done));
+    if (host_done && cross_level_.started() == chunks_) *done = true;
+    if (!host_done) task.note_waiting(host_level_.window.left());
+  } else if (host_level_.ring.active()) {
+    task.note_waiting(host_level_.ring.left());
+  } else if (host_level_.jobs_started == chunks_ * grid_.hosts) {
     *done = true;
   }
   return Status::ok();

@@ -21,10 +21,10 @@
 // stream of units.
 #pragma once
 
-#include <array>
 #include <vector>
 
 #include "collectives/coll_task.h"
+#include "collectives/two_level_cross_rings.h"
 #include "collectives/two_level_grid.h"
 #include "collectives/two_level_ring_gather.h"
 #include "collectives/two_level_window.h"
@@ -38,11 +38,12 @@ inline constexpr uint32_t kTwoLevelGatherTags = 0x8000;
 class TwoLevelAllGather final : public Phase {
  public:
   // 2 MiB chunks, each one message across hosts, with kCrossRings rings in flight on each
-  // connection (the flat ring keeps 8 x 1 MiB in flight and, at load 6-12, drove the link
-  // twice as hard as main's two-level 4 x 128 KiB did). Over tcp fewer, larger messages cost
-  // less CPU per byte: whole chunks instead of 512 KiB messages took 64 MiB across 2 hosts x 2
-  // from 52-53 to 49 ms, side by side (bench/multihost/link_profile.py). The host's tagged
-  // ring (ZRT_WINDOWS=0) keeps 512 KiB messages.
+  // connection (the flat ring keeps 8 x 1 MiB in flight and drove the link harder than the
+  // earlier two-level 4 x 128 KiB did; measured: docs/ARCHITECTURE.md#measured-costs). Over tcp
+  // fewer, larger messages cost less CPU per byte: whole chunks instead of 512 KiB messages took
+  // 64 MiB across 2 hosts x 2 from 52-53 to 49 ms, side by side (bench/multihost/link_profile.py;
+  // measured: docs/ARCHITECTURE.md#two-level-collectives). The host's tagged ring
+  // (ZRT_WINDOWS=0) keeps 512 KiB messages.
   static constexpr size_t kChunkBytes = size_t{2} << 20;
   static constexpr int kCrossRings = 2;
   static constexpr size_t kCrossMessageBytes = kChunkBytes;
@@ -50,13 +51,14 @@ class TwoLevelAllGather final : public Phase {
 
   TwoLevelAllGather(const void* own, void* output, BlockLayout layout, size_t element_size,
                     HostGrid grid, uint32_t tag_offset, bool host_windows)
-      : host_windows_(host_windows),
-        own_(static_cast<const char*>(own)),
+      : own_(static_cast<const char*>(own)),
         output_(static_cast<char*>(output)),
         layout_(layout),
         element_size_(element_size),
         grid_(grid),
-        tag_offset_(tag_offset) {}
+        tag_offset_(tag_offset) {
+    host_level_.windows = host_windows;
+  }
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
@@ -64,6 +66,25 @@ class TwoLevelAllGather final : public Phase {
   Status start_fingerprint(TaskContext& context, CollTask& task) override;
 
  private:
+  // Level two: the all-gather inside this host, job (k, g) of host g's blocks in place in the
+  // output: over the mapped windows (every job queued at start), else job after job on the
+  // tagged ring.
+  struct HostLevel {
+    bool windows = false;
+    std::vector<int> members;  // this host's ranks
+    SubringGather ring;        // without windows
+    HostWindowGather window;
+    size_t jobs_started = 0;  // in host_of_job's order, on the ring
+    uint32_t tag = 0;
+    std::vector<char*> output;  // the job's blocks, one per local rank
+    std::vector<size_t> length;
+  };
+
+  // The phases of start.
+  void place_ranks(const TaskContext& context);
+  Status queue_window_jobs(TaskContext& context);
+  // The blocks of level two's job (chunk, host `target`) into host_level_.output / length.
+  void set_host_job(size_t chunk, int target);
   bool start_cross_job();
   bool start_host_job();
   // Level two's jobs run chunk by chunk, this host's first: job i is chunk i / H of host
@@ -74,14 +95,10 @@ class TwoLevelAllGather final : public Phase {
   // How many of level two's jobs may run: those of the chunks level one delivered, and the own
   // host's job of the chunk it started next.
   size_t host_jobs_ready() const;
-  // Chunks of level one done, in order (the oldest still active bounds it).
-  size_t cross_jobs_done() const;
-  bool cross_active() const;
   char* block_chunk(int block, size_t chunk) const {
     return output_ + (layout_.offset(block) + chunk * chunk_elems_) * element_size_;
   }
 
-  bool host_windows_;
   const char* own_;
   char* output_;
   BlockLayout layout_;
@@ -89,24 +106,14 @@ class TwoLevelAllGather final : public Phase {
   HostGrid grid_;
   uint32_t tag_offset_;
   bool fingerprint_in_header_ = false;  // start_fingerprint chose the header route
-  int rank_ = 0;
   int host_ = 0;
   int local_ = 0;
-  std::vector<int> host_members_;
-  std::vector<int> cross_members_;
-  SubringGather host_ring_;  // without windows
-  HostWindowGather host_window_;
-  std::array<SubringGather, kCrossRings> cross_rings_;  // chunk k on ring k % kCrossRings
+  HostLevel host_level_;
+  // Level one: the all-gather across hosts of this local rank's blocks, chunk by chunk into the
+  // output.
+  CrossHostRings<SubringGather, char*, kCrossRings> cross_level_;
   size_t chunk_elems_ = 1;
-  size_t chunks_ = 0;
-  size_t cross_jobs_started_ = 0;
-  size_t host_jobs_started_ = 0;  // in host_of_job's order
-  uint32_t host_tag_ = 0;
-  uint32_t cross_tag_ = 0;
-  std::vector<char*> host_output_;
-  std::vector<size_t> host_length_;
-  std::array<std::vector<char*>, kCrossRings> cross_output_;  // per ring, while it runs
-  std::array<std::vector<size_t>, kCrossRings> cross_length_;
+  size_t chunks_ = 0;  // of the longest block
 };
 
 }  // namespace zrt

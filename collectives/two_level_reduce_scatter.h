@@ -34,10 +34,10 @@
 // the same either way.
 #pragma once
 
-#include <array>
 #include <vector>
 
 #include "collectives/coll_task.h"
+#include "collectives/two_level_cross_rings.h"
 #include "collectives/two_level_grid.h"
 #include "collectives/two_level_ring_reduce.h"
 #include "collectives/two_level_window.h"
@@ -52,18 +52,20 @@ class TwoLevelReduceScatter final : public Phase {
   // Messages across two hosts, where the ring needs no slots (SubringReduce::scratch_bytes):
   // a staging chunk (682 KiB with windows) travels whole. Over tcp fewer, larger messages cost
   // less CPU per byte: whole chunks instead of 256 KiB messages took 64 MiB across 2 hosts x 2
-  // from 57-59 to 47-54 ms, side by side (bench/multihost/link_profile.py).
+  // from 57-59 to 47-54 ms, side by side (bench/multihost/link_profile.py; measured:
+  // docs/ARCHITECTURE.md#two-level-collectives).
   static constexpr size_t kPairMessageBytes = size_t{1} << 20;
 
   TwoLevelReduceScatter(const void* input, void* output, BlockLayout layout, const ReduceSpec& spec,
                         HostGrid grid, uint32_t tag_offset, bool host_windows)
-      : host_windows_(host_windows),
-        input_(static_cast<const char*>(input)),
+      : input_(static_cast<const char*>(input)),
         output_(static_cast<char*>(output)),
         layout_(layout),
         spec_(spec),
         grid_(grid),
-        tag_offset_(tag_offset) {}
+        tag_offset_(tag_offset) {
+    host_level_.windows = host_windows;
+  }
 
   Status start(TaskContext& context, CollTask& task) override;
   Status progress(TaskContext& context, CollTask& task, bool* done) override;
@@ -71,6 +73,43 @@ class TwoLevelReduceScatter final : public Phase {
   Status start_fingerprint(TaskContext& context, CollTask& task) override;
 
  private:
+  // Level one: the reduce-scatter inside this host, job (k, g) of the host's inputs into
+  // staging (k, g): over the mapped windows (every job queued at start), else job after job on
+  // the tagged ring.
+  struct HostLevel {
+    bool windows = false;
+    std::vector<int> members;  // this host's ranks
+    SubringReduce ring;        // without windows
+    HostWindowReduce window;
+    size_t jobs_started = 0;  // in host_of_job's order, on the ring
+    uint32_t tag = 0;
+    std::vector<const char*> input;  // the job's blocks, one per local rank
+    std::vector<size_t> length;
+
+    size_t jobs_done() const;
+    Status finished(CollTask& task, bool* done);
+    int left() const { return windows ? window.left() : ring.left(); }
+  };
+  // Level one's partials, level two's inputs: kDepth buffers of H chunks each, in the stream's
+  // scratch memory. A chunk is chunk_elems elements of a block, the unit both levels pipeline;
+  // the longest block has `chunks` of them.
+  struct Staging {
+    char* base = nullptr;
+    int hosts = 1;
+    size_t element_size = 1;
+    size_t chunk_elems = 1;
+    size_t chunks = 0;
+    char* at(size_t chunk, int host) const {
+      return base + ((chunk % kDepth) * hosts + host) * chunk_elems * element_size;
+    }
+  };
+
+  // The phases of start.
+  void place_ranks(const TaskContext& context);
+  Status carve_scratch(const TaskContext& context);
+  Status queue_window_jobs(TaskContext& context);
+  // The blocks of level one's job (chunk, host `target`) into host_level_.input / length.
+  void set_host_job(size_t chunk, int target);
   bool start_host_job();
   bool start_cross_job();
   // Level one's jobs run chunk by chunk, this host's last: job i is chunk i / H of host
@@ -81,18 +120,10 @@ class TwoLevelReduceScatter final : public Phase {
   }
   // Tells each running ring of level two whether level one finished its chunk's own partial.
   void release_own_partials();
-  size_t host_jobs_done() const;
-  // Chunks of level two done, in order (the oldest still active bounds it).
-  size_t cross_jobs_done() const;
-  bool cross_active() const;
   size_t chunk_length(int block, size_t chunk) const {
-    return layout_.chunk_length(block, chunk, chunk_elems_);
-  }
-  char* staging(size_t chunk, int host) const {
-    return staging_ + ((chunk % kDepth) * grid_.hosts + host) * chunk_elems_ * spec_.element_size;
+    return layout_.chunk_length(block, chunk, staging_.chunk_elems);
   }
 
-  bool host_windows_;
   const char* input_;
   char* output_;
   BlockLayout layout_;
@@ -102,25 +133,13 @@ class TwoLevelReduceScatter final : public Phase {
   bool fingerprint_in_header_ = false;  // start_fingerprint chose the header route
   int host_ = 0;
   int local_ = 0;
-  std::vector<int> host_members_;   // this host's ranks
-  std::vector<int> cross_members_;  // the ranks of this local rank on every host
-  SubringReduce host_ring_;         // without windows
-  HostWindowReduce host_window_;
-  std::array<SubringReduce, kCrossRings> cross_rings_;  // chunk k on ring k % kCrossRings
-  char* staging_ = nullptr;
-  size_t chunk_elems_ = 1;
-  size_t chunks_ = 0;
-  size_t host_jobs_started_ = 0;  // in host_of_job's order
-  size_t cross_jobs_started_ = 0;
-  std::array<size_t, kCrossRings> cross_chunk_{};  // the chunk each ring runs
+  HostLevel host_level_;
+  // Level two: the reduce-scatter across hosts of the partials of this rank's block, chunk by
+  // chunk into the output.
+  CrossHostRings<SubringReduce, const char*, kCrossRings> cross_level_;
+  Staging staging_;
   // Level two may start before the own host's partial (the output is not in the input).
   bool own_partial_last_ = false;
-  uint32_t host_tag_ = 0;
-  uint32_t cross_tag_ = 0;
-  std::vector<const char*> host_input_;
-  std::vector<size_t> host_length_;
-  std::array<std::vector<const char*>, kCrossRings> cross_input_;  // per ring, while it runs
-  std::array<std::vector<size_t>, kCrossRings> cross_length_;
 };
 
 }  // namespace zrt

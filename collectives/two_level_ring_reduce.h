@@ -52,16 +52,45 @@ class SubringReduce {
   Status progress(TaskContext& context, CollTask& task, bool* moved);
   bool active() const { return active_; }
   // Tags a job over these lengths uses.
-  uint32_t units() const { return static_cast<uint32_t>(unit_count_); }
+  uint32_t units() const { return static_cast<uint32_t>(job_.unit_count); }
   int left() const { return left_; }
 
  private:
+  // The job begin() started: every member's block, where this rank's goes, and its tags.
+  struct Job {
+    const char* const* input = nullptr;
+    const size_t* length = nullptr;
+    char* output = nullptr;
+    double input_scale = 1.0;
+    bool final = false;
+    uint32_t tag_first = 0;
+    uint64_t unit_count = 0;
+    uint32_t tag(uint64_t unit) const { return tag_first + static_cast<uint32_t>(unit); }
+  };
+  // The job's units in flight, in unit order: receives (and step-0 sends) posted up to
+  // next_post, reductions made up to next_reduce, the partials they forward through the send
+  // slots in turn.
+  struct Units {
+    uint64_t next_post = 0;
+    uint64_t next_reduce = 0;
+    uint64_t send_seq = 0;
+    std::array<PostedOp, kSlots> recvs;
+    std::array<PostedOp, kSlots> input_sends;
+    std::array<PostedOp, kSlots> slot_sends;
+
+    void restart() { next_post = next_reduce = send_seq = 0; }
+    // Collects finished sends to `right`; true when none is still in flight.
+    bool finish_sends(CollTask& task, int right, Status* status);
+  };
+
   size_t chunk_count(int block, size_t chunk) const;
   const char* input_chunk(int block, size_t chunk) const;
   // Where the chunk of unit (chunk, step) in `slot` is received: the slot, or with two members
   // the output (every step is the last).
   char* received(int slot, size_t chunk) const;
-  bool finish_sends(CollTask& task, Status* status);
+  // progress's two phases, *moved when they did anything.
+  Status post_units(TaskContext& context, CollTask& task, bool* moved);
+  Status reduce_next(TaskContext& context, CollTask& task, bool* moved);
 
   const std::vector<int>* members_ = nullptr;
   int me_ = 0;
@@ -74,21 +103,10 @@ class SubringReduce {
   std::array<char*, kSlots> send_slots_{};
 
   bool active_ = false;
-  const char* const* input_ = nullptr;
-  const size_t* length_ = nullptr;
-  char* output_ = nullptr;
-  double input_scale_ = 1.0;
-  bool final_ = false;
   bool own_ready_ = true;
-  uint32_t tag_first_ = 0;
   bool fingerprint_first_ = false;
-  uint64_t unit_count_ = 0;
-  uint64_t next_post_ = 0;
-  uint64_t next_reduce_ = 0;
-  uint64_t send_seq_ = 0;
-  std::array<PostedOp, kSlots> recvs_;
-  std::array<PostedOp, kSlots> input_sends_;
-  std::array<PostedOp, kSlots> slot_sends_;
+  Job job_;
+  Units units_;
 };
 
 }  // namespace zrt
