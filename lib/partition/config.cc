@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -206,6 +208,127 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   if (ZRT_HAS_FIELD(config->size, hpz_group_size)) config->hpz_group_size = o.hpz_group_size;
 }
 
+namespace {
+
+// One key's value in a partition config JSON, read as its field needs it; errors name the
+// origin (the file) and the key.
+struct JsonValue {
+  const std::string& origin;
+  const std::string& key;
+  const nlohmann::json& value;
+
+  Status read_int(int64_t low, int64_t high, int64_t* out) const {
+    if (!value.is_number_integer()) {
+      return Status::invalid_argument("{}: key \"{}\" must be an integer", origin, key);
+    }
+    const int64_t v = value.get<int64_t>();
+    if (v < low || v > high) {
+      return Status::invalid_argument("{}: key \"{}\" is {}; expected {}..{}", origin, key, v, low,
+                                      high);
+    }
+    *out = v;
+    return Status::ok();
+  }
+  Status read_dtype(zrt_dtype_t* out) const {
+    if (!value.is_string() || !dtype_from_name(value.get<std::string>().c_str(), out)) {
+      return Status::invalid_argument("{}: key \"{}\" must be a dtype name (\"f32\", \"bf16\")",
+                                      origin, key);
+    }
+    return Status::ok();
+  }
+  // A switch: true/false, or 0/1.
+  Status read_flag(bool* out) const {
+    if (value.is_boolean()) {
+      *out = value.get<bool>();
+      return Status::ok();
+    }
+    int64_t flag = 0;
+    ZRT_RETURN_IF_ERROR(read_int(0, 1, &flag));
+    *out = flag != 0;
+    return Status::ok();
+  }
+  Status read_mem_kind(zrt_mem_kind_t* out) const {
+    const std::string kind = value.is_string() ? value.get<std::string>() : "";
+    if (kind == "host") {
+      *out = ZRT_MEM_HOST;
+    } else if (kind == "cuda") {
+      *out = ZRT_MEM_CUDA;
+    } else {
+      return Status::invalid_argument("{}: key \"mem_kind\" must be \"host\" or \"cuda\"", origin);
+    }
+    return Status::ok();
+  }
+};
+
+// The field a JSON key sets; its type says how the value is read (integers within the key's
+// range, dtype names, switches, the memory kind's name).
+using OptionField = std::variant<int PartitionOptions::*, size_t PartitionOptions::*,
+                                 zrt_dtype_t PartitionOptions::*, bool PartitionOptions::*,
+                                 zrt_mem_kind_t PartitionOptions::*>;
+
+struct JsonKey {
+  const char* name;
+  OptionField field;
+  int64_t low = 0;  // integers: the values accepted
+  int64_t high = 0;
+};
+
+constexpr int64_t kMax = INT64_MAX;
+
+// The keys: the C struct's field names.
+const JsonKey kJsonKeys[] = {
+    {"stage", &PartitionOptions::stage, 0, 3},
+    {"param_dtype", &PartitionOptions::param_dtype},
+    {"reduce_dtype", &PartitionOptions::reduce_dtype},
+    {"master_dtype", &PartitionOptions::master_dtype},
+    {"optimizer_slots", &PartitionOptions::optimizer_slots, 0, 16},
+    {"bucket_bytes", &PartitionOptions::bucket_bytes, 1, kMax},
+    {"prefetch_depth", &PartitionOptions::prefetch_depth, 0, 64},
+    {"prefetch_bytes", &PartitionOptions::prefetch_bytes, 0, kMax},
+    {"max_live_bytes", &PartitionOptions::max_live_bytes, 0, kMax},
+    {"persistence_threshold", &PartitionOptions::persistence_threshold, 0, kMax},
+    {"alignment", &PartitionOptions::alignment, 1, int64_t{1} << 20},
+    {"mem_kind", &PartitionOptions::mem_kind},
+    {"no_sync_accumulation", &PartitionOptions::no_sync_accumulation},
+    {"step_backup", &PartitionOptions::step_backup},
+    {"prefetch_next_step", &PartitionOptions::prefetch_next_step},
+    {"offload_optimizer", &PartitionOptions::offload_optimizer},
+    {"grad_accumulate", &PartitionOptions::grad_accumulate},
+    {"shard_group_size", &PartitionOptions::shard_group_size, 0, INT32_MAX},
+    {"hpz_group_size", &PartitionOptions::hpz_group_size, ZRT_SHARD_GROUP_HOST, INT32_MAX},
+};
+
+const JsonKey* find_json_key(const std::string& name) {
+  for (const JsonKey& key : kJsonKeys) {
+    if (name == key.name) return &key;
+  }
+  return nullptr;
+}
+
+// Reads `value` into the field `key` names in *o.
+Status apply_json_key(const JsonKey& key, const JsonValue& value, PartitionOptions* o) {
+  return std::visit(
+      [&key, &value, o](auto field) -> Status {
+        auto& out = o->*field;
+        using Field = std::remove_reference_t<decltype(out)>;
+        if constexpr (std::is_same_v<Field, zrt_dtype_t>) {
+          return value.read_dtype(&out);
+        } else if constexpr (std::is_same_v<Field, bool>) {
+          return value.read_flag(&out);
+        } else if constexpr (std::is_same_v<Field, zrt_mem_kind_t>) {
+          return value.read_mem_kind(&out);
+        } else {
+          int64_t v = 0;
+          ZRT_RETURN_IF_ERROR(value.read_int(key.low, key.high, &v));
+          out = static_cast<Field>(v);
+          return Status::ok();
+        }
+      },
+      key.field);
+}
+
+}  // namespace
+
 Status partition_options_apply_json(const std::string& json_text, const std::string& origin,
                                     PartitionOptions* options) {
   nlohmann::json doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -213,101 +336,10 @@ Status partition_options_apply_json(const std::string& json_text, const std::str
   if (!doc.is_object()) return Status::invalid_argument("{}: expected a JSON object", origin);
   PartitionOptions o = *options;
   for (const auto& item : doc.items()) {
-    // Named references, not a structured binding: clang before 16 cannot capture bindings in
-    // the lambdas below (the clang fuzz build compiles this file).
     const std::string& key = item.key();
-    const nlohmann::json& value = item.value();
-    auto want_int = [&](int64_t low, int64_t high, int64_t* out) -> Status {
-      if (!value.is_number_integer()) {
-        return Status::invalid_argument("{}: key \"{}\" must be an integer", origin, key);
-      }
-      const int64_t v = value.get<int64_t>();
-      if (v < low || v > high) {
-        return Status::invalid_argument("{}: key \"{}\" is {}; expected {}..{}", origin, key, v,
-                                        low, high);
-      }
-      *out = v;
-      return Status::ok();
-    };
-    auto want_dtype = [&](zrt_dtype_t* out) -> Status {
-      if (!value.is_string() || !dtype_from_name(value.get<std::string>().c_str(), out)) {
-        return Status::invalid_argument("{}: key \"{}\" must be a dtype name (\"f32\", \"bf16\")",
-                                        origin, key);
-      }
-      return Status::ok();
-    };
-    // A switch: true/false, or 0/1.
-    auto want_flag = [&](bool* out) -> Status {
-      if (value.is_boolean()) {
-        *out = value.get<bool>();
-        return Status::ok();
-      }
-      int64_t flag = 0;
-      ZRT_RETURN_IF_ERROR(want_int(0, 1, &flag));
-      *out = flag != 0;
-      return Status::ok();
-    };
-    int64_t v = 0;
-    constexpr int64_t kMax = INT64_MAX;
-    if (key == "stage") {
-      ZRT_RETURN_IF_ERROR(want_int(0, 3, &v));
-      o.stage = static_cast<int>(v);
-    } else if (key == "param_dtype") {
-      ZRT_RETURN_IF_ERROR(want_dtype(&o.param_dtype));
-    } else if (key == "reduce_dtype") {
-      ZRT_RETURN_IF_ERROR(want_dtype(&o.reduce_dtype));
-    } else if (key == "master_dtype") {
-      ZRT_RETURN_IF_ERROR(want_dtype(&o.master_dtype));
-    } else if (key == "optimizer_slots") {
-      ZRT_RETURN_IF_ERROR(want_int(0, 16, &v));
-      o.optimizer_slots = static_cast<int>(v);
-    } else if (key == "bucket_bytes") {
-      ZRT_RETURN_IF_ERROR(want_int(1, kMax, &v));
-      o.bucket_bytes = static_cast<size_t>(v);
-    } else if (key == "prefetch_depth") {
-      ZRT_RETURN_IF_ERROR(want_int(0, 64, &v));
-      o.prefetch_depth = static_cast<int>(v);
-    } else if (key == "prefetch_bytes") {
-      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
-      o.prefetch_bytes = static_cast<size_t>(v);
-    } else if (key == "max_live_bytes") {
-      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
-      o.max_live_bytes = static_cast<size_t>(v);
-    } else if (key == "persistence_threshold") {
-      ZRT_RETURN_IF_ERROR(want_int(0, kMax, &v));
-      o.persistence_threshold = static_cast<size_t>(v);
-    } else if (key == "alignment") {
-      ZRT_RETURN_IF_ERROR(want_int(1, int64_t{1} << 20, &v));
-      o.alignment = static_cast<size_t>(v);
-    } else if (key == "mem_kind") {
-      const std::string kind = value.is_string() ? value.get<std::string>() : "";
-      if (kind == "host") {
-        o.mem_kind = ZRT_MEM_HOST;
-      } else if (kind == "cuda") {
-        o.mem_kind = ZRT_MEM_CUDA;
-      } else {
-        return Status::invalid_argument("{}: key \"mem_kind\" must be \"host\" or \"cuda\"",
-                                        origin);
-      }
-    } else if (key == "no_sync_accumulation") {
-      ZRT_RETURN_IF_ERROR(want_flag(&o.no_sync_accumulation));
-    } else if (key == "step_backup") {
-      ZRT_RETURN_IF_ERROR(want_flag(&o.step_backup));
-    } else if (key == "prefetch_next_step") {
-      ZRT_RETURN_IF_ERROR(want_flag(&o.prefetch_next_step));
-    } else if (key == "offload_optimizer") {
-      ZRT_RETURN_IF_ERROR(want_flag(&o.offload_optimizer));
-    } else if (key == "grad_accumulate") {
-      ZRT_RETURN_IF_ERROR(want_flag(&o.grad_accumulate));
-    } else if (key == "shard_group_size") {
-      ZRT_RETURN_IF_ERROR(want_int(0, INT32_MAX, &v));
-      o.shard_group_size = static_cast<int>(v);
-    } else if (key == "hpz_group_size") {
-      ZRT_RETURN_IF_ERROR(want_int(ZRT_SHARD_GROUP_HOST, INT32_MAX, &v));
-      o.hpz_group_size = static_cast<int>(v);
-    } else {
-      return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
-    }
+    const JsonKey* known = find_json_key(key);
+    if (known == nullptr) return Status::invalid_argument("{}: unknown key \"{}\"", origin, key);
+    ZRT_RETURN_IF_ERROR(apply_json_key(*known, JsonValue{origin, key, item.value()}, &o));
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o).with_context(origin));
   *options = o;

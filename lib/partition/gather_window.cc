@@ -28,13 +28,13 @@ GatherWindow::GatherWindow(const PartitionContext& ctx)
       slots_(static_cast<int>(ctx.streams.slot_events.size()), unit_gather_bytes(ctx)),
       order_(static_cast<int>(ctx.layout.units().size())),
       shard_stale_(ctx.layout.segments().size(), 0) {
-  if (ctx.secondary == nullptr) return;
+  if (ctx.secondary.comm == nullptr) return;
   const auto& segments = ctx.layout.segments();
   size_t offset = 0;
   for (size_t s = 0; s < segments.size(); ++s) {
     secondary_offset_.push_back(offset);
     if (static_cast<int>(s) == ctx.layout.persistent_segment()) continue;
-    offset += segments[s].numel / static_cast<size_t>(ctx.secondary_size);
+    offset += segments[s].numel / static_cast<size_t>(ctx.secondary.size);
   }
   secondary_current_.assign(segments.size(), 0);
   slot_secondary_.assign(ctx.streams.slot_events.size(), 0);
@@ -133,11 +133,11 @@ Status GatherWindow::gather_from_secondary(int unit, int slot) {
   args.kind = ZRT_COLL_ALL_GATHER;
   args.sendbuf = ctx_.param_ptr(ctx_.buffers.param_secondary, secondary_offset_[s]);
   args.recvbuf = slot_address(slot);
-  args.count = segment.numel / static_cast<size_t>(ctx_.secondary_size);
+  args.count = segment.numel / static_cast<size_t>(ctx_.secondary.size);
   args.dtype = ctx_.options.param_dtype;
   args.purpose = Purpose::kUnit;
   args.purpose_id = unit;
-  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.secondary_rank, ctx_.secondary_size, args));
+  ZRT_RETURN_IF_ERROR(enqueue_collective(stream, ctx_.secondary.rank, ctx_.secondary.size, args));
   ZRT_RETURN_IF_ERROR(ctx_.streams.secondary_slot_events[slot]->record(stream));
   slot_secondary_[slot] = 1;
   slot_copied_segment_[slot] = -1;
@@ -146,9 +146,9 @@ Status GatherWindow::gather_from_secondary(int unit, int slot) {
 
 Status GatherWindow::copy_into_secondary(int segment, int slot) {
   const size_t slice =
-      ctx_.layout.segments()[segment].numel / static_cast<size_t>(ctx_.secondary_size);
+      ctx_.layout.segments()[segment].numel / static_cast<size_t>(ctx_.secondary.size);
   const char* from =
-      ctx_.param_ptr(slot_address(slot), slice * static_cast<size_t>(ctx_.secondary_rank));
+      ctx_.param_ptr(slot_address(slot), slice * static_cast<size_t>(ctx_.secondary.rank));
   char* to = ctx_.param_ptr(ctx_.buffers.param_secondary, secondary_offset_[segment]);
   // A gather from the old copy may still read it: one dropped unfetched (nothing else is in
   // flight there when a step's first forward copies; the wait is then free).

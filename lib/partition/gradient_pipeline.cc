@@ -42,12 +42,12 @@ GradientPipeline::GradientPipeline(const PartitionContext& ctx)
       window_reads_(ctx.streams.copy != nullptr &&
                     ctx.options.param_dtype == ctx.options.reduce_dtype),
       accumulate_(ctx.options.grad_accumulate),
-      signalled_(ctx.layout.units().size(), 0),
+      microbatch_(ctx.layout.units().size()),
       pending_(ctx.layout.segment_units()),
       buckets_(static_cast<int>(ctx.buffers.buckets.size()),
                static_cast<int>(ctx.layout.segments().size())),
       grad_fresh_(ctx.layout.segments().size(), 1),
-      window_busy_(ctx.buffers.grad_windows.size(), 0) {
+      windows_(ctx.buffers.grad_windows.size()) {
   // grad_accumulate hands windows out zeroed: they start so, and every read of one clears what
   // it read.
   if (accumulate_) {
@@ -60,20 +60,20 @@ Status GradientPipeline::grad_data(int param, void** grad) {
   ZRT_RETURN_IF_ERROR(open_grad_window());
   const ParamLocation& loc = ctx_.layout.params()[param];
   open_unit_ = loc.unit;
-  *grad = ctx_.param_ptr(ctx_.buffers.grad_windows[open_window_], loc.staging_offset);
+  *grad = ctx_.param_ptr(ctx_.buffers.grad_windows[windows_.open], loc.staging_offset);
   return Status::ok();
 }
 
 Status GradientPipeline::open_grad_window() {
-  if (open_window_ >= 0) return Status::ok();  // another parameter of the open unit
-  const int w = next_window_;
-  if (window_busy_[w]) {
+  if (windows_.open >= 0) return Status::ok();  // another parameter of the open unit
+  const int w = windows_.next;
+  if (windows_.busy[w]) {
     // An earlier unit's gradients may still be on their way from this window into buckets.
     ZRT_RETURN_IF_ERROR(ctx_.streams.window_read[w]->synchronize().with_context(
         "waiting for an earlier unit's gradients to leave the gradient window"));
-    window_busy_[w] = 0;
+    windows_.busy[w] = 0;
   }
-  open_window_ = w;
+  windows_.open = w;
   return Status::ok();
 }
 
@@ -110,12 +110,24 @@ Status GradientPipeline::acquire_bucket(int segment, Bucket* bucket) {
 }
 
 Status GradientPipeline::reduce_segment(int segment, void* data) {
-  const Segment& seg = ctx_.layout.segments()[segment];
-  const int owner = ctx_.owner();
-  const GradHome home = ctx_.policy.grad_home();
-  const PartitionBuffers& buf = ctx_.buffers;
-  Stream& rs = *ctx_.streams.rs;
   char* base = static_cast<char*>(data);
+  // Gradient shard, first reduction of the segment since the step: the reduced slice goes
+  // straight into the gradient shard, which it overwrites (no copy out of the bucket).
+  const bool fresh = ctx_.policy.grad_home() == GradHome::kShard && grad_fresh_[segment] != 0;
+  const bool direct = fresh && ctx_.size > 1;
+  if (ctx_.size > 1) {
+    ZRT_RETURN_IF_ERROR(enqueue_collective(*ctx_.streams.rs, ctx_.rank, ctx_.size,
+                                           reduction_args(segment, base, direct))
+                            .with_context(fmt::format("reducing bucket {}", segment)));
+  }
+  reductions_in_flight_ = true;
+  ZRT_RETURN_IF_ERROR(keep_reduced_slice(segment, base, fresh, direct));
+  return reduction_enqueued(segment);
+}
+
+CollectiveArgs GradientPipeline::reduction_args(int segment, char* base, bool direct) const {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  const GradHome home = ctx_.policy.grad_home();
   CollectiveArgs args;
   args.dtype = ctx_.options.reduce_dtype;
   args.purpose = Purpose::kBucket;
@@ -129,59 +141,63 @@ Status GradientPipeline::reduce_segment(int segment, void* data) {
   } else {
     args.kind = ZRT_COLL_REDUCE_SCATTER;
     args.sendbuf = base;
-    args.recvbuf = ctx_.grad_ptr(base, static_cast<size_t>(owner) * seg.slice);
+    args.recvbuf = ctx_.grad_ptr(base, static_cast<size_t>(ctx_.owner()) * seg.slice);
     args.count = seg.slice;
     args.op = home == GradHome::kOwnedSlices ? ZRT_SUM : ZRT_AVG;
   }
-  // Gradient shard, first reduction of the segment since the step: the reduced slice goes
-  // straight into the gradient shard, which it overwrites (no copy out of the bucket).
-  const bool fresh = home == GradHome::kShard && grad_fresh_[segment] != 0;
-  const bool direct = fresh && ctx_.size > 1;
   if (direct) {
-    args.recvbuf = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+    args.recvbuf = ctx_.grad_ptr(ctx_.buffers.grad_shard, seg.shard_offset);
     args.output_read_late = true;  // read by the optimizer, after backward
   }
-  if (ctx_.size > 1) {
-    ZRT_RETURN_IF_ERROR(enqueue_collective(rs, ctx_.rank, ctx_.size, args)
-                            .with_context(fmt::format("reducing bucket {}", segment)));
-  }
-  reductions_in_flight_ = true;
+  return args;
+}
+
+Status GradientPipeline::keep_reduced_slice(int segment, char* base, bool fresh, bool direct) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  const GradHome home = ctx_.policy.grad_home();
+  const PartitionBuffers& buf = ctx_.buffers;
+  Stream& rs = *ctx_.streams.rs;
   ElementOps* ops = ctx_.ops;
   const size_t g = ctx_.g_size;
   const zrt_dtype_t dtype = ctx_.options.reduce_dtype;
   const size_t slice_bytes = seg.slice * g;
-  char* owned = base + static_cast<size_t>(owner) * slice_bytes;
+  char* owned = base + static_cast<size_t>(ctx_.owner()) * slice_bytes;
   if (home == GradHome::kOwnedSlices) {
-    ZRT_RETURN_IF_ERROR(ops->run_on(
+    return ops->run_on(
         rs,
         [ops, base, owned, slice_bytes, total = seg.numel * g]() {
           ops->zero(base, static_cast<size_t>(owned - base));
           ops->zero(owned + slice_bytes, total - static_cast<size_t>(owned - base) - slice_bytes);
           return Status::ok();
         },
-        "partition: clear unowned gradient slices"));
-  } else if (home == GradHome::kShard) {
-    char* shard = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
-    const bool full = buf.full_grads != nullptr;
-    if (!direct || full) {
-      ZRT_RETURN_IF_ERROR(ops->run_on(
-          rs,
-          [ops, dtype, owned, shard, count = seg.slice, full, fresh, direct, base,
-           total = seg.numel * g]() {
-            if (direct) {
-              // Already in the shard.
-            } else if (fresh) {
-              ops->copy(shard, owned, count * dtype_size(dtype));
-            } else {
-              ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
-            }
-            if (full) ops->zero(base, total);
-            return Status::ok();
-          },
-          "partition: accumulate reduced gradient slice"));
-    }
-    grad_fresh_[segment] = 0;
+        "partition: clear unowned gradient slices");
   }
+  if (home != GradHome::kShard) return Status::ok();
+  char* shard = ctx_.grad_ptr(buf.grad_shard, seg.shard_offset);
+  const bool full = buf.full_grads != nullptr;
+  if (!direct || full) {
+    ZRT_RETURN_IF_ERROR(ops->run_on(
+        rs,
+        [ops, dtype, owned, shard, count = seg.slice, full, fresh, direct, base,
+         total = seg.numel * g]() {
+          if (direct) {
+            // Already in the shard.
+          } else if (fresh) {
+            ops->copy(shard, owned, count * dtype_size(dtype));
+          } else {
+            ops->accumulate(dtype, owned, dtype, shard, count, 1.0);
+          }
+          if (full) ops->zero(base, total);
+          return Status::ok();
+        },
+        "partition: accumulate reduced gradient slice"));
+  }
+  grad_fresh_[segment] = 0;
+  return Status::ok();
+}
+
+Status GradientPipeline::reduction_enqueued(int segment) {
+  Stream& rs = *ctx_.streams.rs;
   const std::optional<Bucket> bucket = buckets_.bound(segment);
   if (bucket && !bucket->persistent) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.bucket_events[bucket->index]->record(rs));
@@ -190,14 +206,14 @@ Status GradientPipeline::reduce_segment(int segment, void* data) {
   if (!ctx_.streams.segment_reduced.empty()) {
     // Offload: the step starts this segment's copy to the host and its optimizer here.
     ZRT_RETURN_IF_ERROR(ctx_.streams.segment_reduced[segment]->record(rs));
-    reduce_order_.push_back(segment);
-    if (sync_ && on_reduced_) ZRT_RETURN_IF_ERROR(on_reduced_(segment));
+    offload_.reduce_order.push_back(segment);
+    if (sync_ && offload_.on_reduced) ZRT_RETURN_IF_ERROR(offload_.on_reduced(segment));
   }
   return Status::ok();
 }
 
 Status GradientPipeline::begin_microbatch() {
-  if (microbatch_started_) return Status::ok();
+  if (microbatch_.started) return Status::ok();
   // The previous micro-batch's reductions read the full gradient buffer in place: let them
   // finish before this one accumulates into it. (Buckets wait for themselves.)
   // Likewise the persistent bucket (stage 3), which has no event of its own and is zeroed as
@@ -206,9 +222,10 @@ Status GradientPipeline::begin_microbatch() {
   if ((ctx_.buffers.full_grads != nullptr || persistent) && reductions_in_flight_) {
     ZRT_RETURN_IF_ERROR(ctx_.streams.rs->synchronize());
   }
-  if (sync_) reduce_order_.clear();  // this micro-batch's reductions are the ones that count
-  microbatch_started_ = true;
-  ++microbatches_begun_;
+  if (sync_)
+    offload_.reduce_order.clear();  // this micro-batch's reductions are the ones that count
+  microbatch_.started = true;
+  ++microbatch_.begun;
   grads_prepared_ = false;
   return Status::ok();
 }
@@ -309,21 +326,21 @@ Status GradientPipeline::close_grad_window(WindowPass* pass) {
       ZRT_RETURN_IF_ERROR(streams.rs->wait_event(*streams.copy_event));
       pass->copies_unwaited = false;
     }
-    ZRT_RETURN_IF_ERROR(streams.window_read[open_window_]->record(*streams.rs));
-    window_busy_[open_window_] = 1;
+    ZRT_RETURN_IF_ERROR(streams.window_read[windows_.open]->record(*streams.rs));
+    windows_.busy[windows_.open] = 1;
   } else if (pass->copies_queued) {
-    ZRT_RETURN_IF_ERROR(streams.window_read[open_window_]->record(*streams.copy));
-    window_busy_[open_window_] = 1;
+    ZRT_RETURN_IF_ERROR(streams.window_read[windows_.open]->record(*streams.copy));
+    windows_.busy[windows_.open] = 1;
   }
   copies_unwaited_ = pass->copies_unwaited;
-  next_window_ = (open_window_ + 1) % static_cast<int>(ctx_.buffers.grad_windows.size());
-  open_window_ = -1;
+  windows_.next = (windows_.open + 1) % static_cast<int>(ctx_.buffers.grad_windows.size());
+  windows_.open = -1;
   return Status::ok();
 }
 
 int GradientPipeline::next_in_backward_order() const {
-  for (int u = static_cast<int>(signalled_.size()) - 1; u >= 0; --u) {
-    if (!signalled_[u] && ctx_.layout.units()[u].trainable_numel > 0) return u;
+  for (int u = static_cast<int>(microbatch_.signalled.size()) - 1; u >= 0; --u) {
+    if (!microbatch_.signalled[u] && ctx_.layout.units()[u].trainable_numel > 0) return u;
   }
   return -1;
 }
@@ -359,21 +376,22 @@ bool GradientPipeline::backward_stays_completable(int unit) const {
     return true;
   };
   if (!signal(unit)) return false;
-  for (int u = static_cast<int>(signalled_.size()) - 1; u >= 0; --u) {
-    if (u == unit || signalled_[u] || ctx_.layout.units()[u].trainable_numel == 0) continue;
+  for (int u = static_cast<int>(microbatch_.signalled.size()) - 1; u >= 0; --u) {
+    if (u == unit || microbatch_.signalled[u] || ctx_.layout.units()[u].trainable_numel == 0)
+      continue;
     if (!signal(u)) return false;
   }
   return true;
 }
 
 void GradientPipeline::finish_unit(int unit) {
-  signalled_[unit] = 1;
+  microbatch_.signalled[unit] = 1;
   open_unit_ = -1;
-  if (++signalled_count_ < ctx_.layout.trainable_units()) return;
+  if (++microbatch_.signalled_count < ctx_.layout.trainable_units()) return;
   // The micro-batch's backward is complete.
-  std::fill(signalled_.begin(), signalled_.end(), 0);
-  signalled_count_ = 0;
-  microbatch_started_ = false;
+  std::fill(microbatch_.signalled.begin(), microbatch_.signalled.end(), 0);
+  microbatch_.signalled_count = 0;
+  microbatch_.started = false;
   if (sync_) {
     reduced_since_step_ = true;
     unreduced_local_ = false;
@@ -395,7 +413,7 @@ Status GradientPipeline::grad_ready(int unit) {
   const bool unwritten = open_unit_ != unit;
   ZRT_RETURN_IF_ERROR(open_grad_window());
   WindowPass pass;
-  pass.window = ctx_.buffers.grad_windows[open_window_];
+  pass.window = ctx_.buffers.grad_windows[windows_.open];
   pass.copies_unwaited = copies_unwaited_;
   const std::vector<UnitPiece>& pieces = ctx_.layout.unit_pieces(unit);
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -434,11 +452,11 @@ Status GradientPipeline::grad_ready(int unit) {
 }
 
 Status GradientPipeline::check_complete() const {
-  if (microbatch_started_) {
+  if (microbatch_.started) {
     // Nothing is in flight for these units: the framework never signalled them.
     std::string missing;
-    for (size_t u = 0; u < signalled_.size(); ++u) {
-      if (!signalled_[u] && ctx_.layout.units()[u].trainable_numel > 0) {
+    for (size_t u = 0; u < microbatch_.signalled.size(); ++u) {
+      if (!microbatch_.signalled[u] && ctx_.layout.units()[u].trainable_numel > 0) {
         missing += fmt::format("{}{}", missing.empty() ? " " : ", ", u);
         if (u < ctx_.unit_names.size()) missing += fmt::format(" (\"{}\")", ctx_.unit_names[u]);
       }
@@ -448,7 +466,7 @@ Status GradientPipeline::check_complete() const {
         "trainable units signalled): call zrt_partition_grad_ready(pm, unit) for every unit with "
         "trainable parameters once its gradients are written, even if they went unused (they "
         "then count as zero)",
-        missing, signalled_count_, ctx_.layout.trainable_units());
+        missing, microbatch_.signalled_count, ctx_.layout.trainable_units());
   }
   if (!reduced_since_step_) {
     return Status::invalid_usage(
@@ -473,7 +491,7 @@ Status GradientPipeline::finish_reductions() {
   const PartitionBuffers& buf = ctx_.buffers;
   if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
     // The owned slices hold sums over every rank of the world (across groups too).
-    const double scale = 1.0 / ctx_.world_size;
+    const double scale = 1.0 / ctx_.world.size;
     for (const Segment& seg : ctx_.layout.segments()) {
       const char* owned =
           ctx_.grad_ptr(buf.full_grads,
@@ -570,7 +588,7 @@ std::vector<int> GradientPipeline::offload_order() const {
   std::vector<uint8_t> listed(ctx_.layout.segments().size(), 0);
   std::vector<int> order;
   order.reserve(listed.size());
-  for (int s : reduce_order_) {
+  for (int s : offload_.reduce_order) {
     if (listed[s]) continue;
     listed[s] = 1;
     order.push_back(s);

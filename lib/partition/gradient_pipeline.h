@@ -45,6 +45,8 @@
 
 namespace zrt {
 
+struct CollectiveArgs;
+
 // How the offloaded step's gradient slices reach host memory (start_offload_copies).
 enum class OffloadCopies { kDone, kOnStream, kInPlace };
 
@@ -53,7 +55,7 @@ class GradientPipeline {
   explicit GradientPipeline(const PartitionContext& ctx);
 
   int open_unit() const { return open_unit_; }  // the unit whose gradients are open, or -1
-  bool is_signalled(int unit) const { return signalled_[unit] != 0; }
+  bool is_signalled(int unit) const { return microbatch_.signalled[unit] != 0; }
   // The highest trainable unit not signalled in this micro-batch (backward order's next), or -1.
   int next_in_backward_order() const;
   // Whether signalling `unit` now leaves the micro-batch completable: after it, the other
@@ -61,10 +63,10 @@ class GradientPipeline {
   // that still wait for units. A refusal then, before anything is written, keeps the manager
   // usable; accepting would strand partly filled buckets.
   bool backward_stays_completable(int unit) const;
-  bool microbatch_started() const { return microbatch_started_; }
-  int signalled_count() const { return signalled_count_; }
+  bool microbatch_started() const { return microbatch_.started; }
+  int signalled_count() const { return microbatch_.signalled_count; }
   // Gradients of an unfinished step exist (a micro-batch begun, or completed since the step).
-  bool pending() const { return microbatch_started_ || reduced_since_step_ || unreduced_local_; }
+  bool pending() const { return microbatch_.started || reduced_since_step_ || unreduced_local_; }
 
   // Where the framework writes `param`'s gradient (the caller checked the unit may open).
   Status grad_data(int param, void** grad);
@@ -98,9 +100,9 @@ class GradientPipeline {
   // micro-batch's reduction of a segment is enqueued and segment_reduced recorded after it;
   // its failure is grad_ready's. Empty: none.
   using ReducedListener = std::function<Status(int segment)>;
-  void set_reduced_listener(ReducedListener listener) { on_reduced_ = std::move(listener); }
+  void set_reduced_listener(ReducedListener listener) { offload_.on_reduced = std::move(listener); }
   // Micro-batches begun since the manager was made (the one in progress included).
-  uint64_t microbatches_begun() const { return microbatches_begun_; }
+  uint64_t microbatches_begun() const { return microbatch_.begun; }
   // The f32 gradient the optimizer reads (after finish_reductions, or per segment as
   // start_offload_copies says).
   const float* optimizer_grad() const;
@@ -129,7 +131,16 @@ class GradientPipeline {
   void finish_unit(int unit);
   Status acquire_bucket(int segment, Bucket* bucket);
   char* bucket_data(const Bucket& bucket) const;
+  // Enqueues the reduction of `segment` (its gradients at `data`) on the reduce-scatter stream,
+  // and what keeps its result, as the stage's gradient home says.
   Status reduce_segment(int segment, void* data);
+  // Its collective; `direct`: the reduced slice goes straight into the gradient shard.
+  CollectiveArgs reduction_args(int segment, char* base, bool direct) const;
+  // Behind the reduction, on the stream: the unowned slices cleared (owned-slices home), or the
+  // reduced slice written or added into the gradient shard (shard home).
+  Status keep_reduced_slice(int segment, char* base, bool fresh, bool direct);
+  // The reduction is enqueued: its bucket's event, and the offloaded step's notice.
+  Status reduction_enqueued(int segment);
   Status all_reduce_norm(bool both);
   Status copy_segment_to_host(int segment, Stream& stream);
   // start_offload_copy with ctx_.ops bound to the offload stream by the caller.
@@ -147,11 +158,32 @@ class GradientPipeline {
   // grad_accumulate: windows are handed out zeroed; each read of a window clears it.
   const bool accumulate_;
 
+  // The micro-batch in progress: which units signalled their gradients.
+  struct Microbatch {
+    explicit Microbatch(size_t units) : signalled(units, 0) {}
+    std::vector<uint8_t> signalled;  // per unit
+    int signalled_count = 0;
+    bool started = false;
+    uint64_t begun = 0;  // micro-batches begun since the manager was made
+  };
+  // The gradient staging windows, which alternate: the framework writes the next unit's
+  // gradients into one while copies or reductions still read another.
+  struct WindowRing {
+    explicit WindowRing(size_t windows) : busy(windows, 0) {}
+    std::vector<char> busy;  // per window: copies or reductions may still read it
+    int next = 0;            // the window the next unit's gradients go to
+    int open = -1;           // the window of the open unit, or -1
+  };
+  // offload_optimizer: what the step's pipeline learns of the reductions.
+  struct OffloadFeed {
+    // Segments in the order the last synchronised micro-batch reduced them.
+    std::vector<int> reduce_order;
+    ReducedListener on_reduced;
+  };
+
   bool sync_ = true;
   int open_unit_ = -1;
-  std::vector<uint8_t> signalled_;  // per unit, this micro-batch
-  int signalled_count_ = 0;
-  bool microbatch_started_ = false;
+  Microbatch microbatch_;
   bool reduced_since_step_ = false;  // a synchronised micro-batch completed
   bool unreduced_local_ = false;     // a no-sync micro-batch completed after the last sync
   bool reductions_in_flight_ = false;
@@ -162,15 +194,10 @@ class GradientPipeline {
   // the first reduction after a step overwrites it instead of adding (no clearing pass).
   std::vector<uint8_t> grad_fresh_;
 
-  std::vector<char> window_busy_;  // per window: copies or reductions may still read it
-  int next_window_ = 0;            // the window the next unit's gradients go to
-  int open_window_ = -1;           // the window of the open unit, or -1
-  bool copies_unwaited_ = false;   // copies into a bucket no reduction has waited for yet
+  WindowRing windows_;
+  bool copies_unwaited_ = false;  // copies into a bucket no reduction has waited for yet
   double norm_buffer_[2] = {0, 0};
-  // Offload: segments in the order the last synchronised micro-batch reduced them.
-  std::vector<int> reduce_order_;
-  ReducedListener on_reduced_;
-  uint64_t microbatches_begun_ = 0;
+  OffloadFeed offload_;
 };
 
 }  // namespace zrt

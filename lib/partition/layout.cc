@@ -19,6 +19,30 @@ void hash_mix(uint64_t* h, uint64_t value) {
   }
 }
 
+// The checks on one parameter, given the elements of those before it (trainable and frozen).
+Status check_param(size_t p, const ParamSpec& spec, size_t unit_count, size_t numel_before) {
+  if (spec.unit < 0 || static_cast<size_t>(spec.unit) >= unit_count) {
+    return Status::invalid_argument("param {} (\"{}\") names unit {}, but {} units exist", p,
+                                    spec.name, spec.unit, unit_count);
+  }
+  if (spec.numel == 0) {
+    return Status::invalid_argument("param {} (\"{}\") has numel 0", p, spec.name);
+  }
+  if (spec.numel > kMaxNumel) {
+    return Status::invalid_argument(
+        "param {} (\"{}\") has numel {}, over the limit of {} (2^50) elements per parameter", p,
+        spec.name, spec.numel, kMaxNumel);
+  }
+  // Each numel is <= 2^50, so the sum of the two below cannot wrap before this check.
+  if (spec.numel > kMaxNumel - numel_before) {
+    return Status::invalid_argument(
+        "param {} (\"{}\", {} elements) brings the model over the limit of {} (2^50) elements "
+        "in all",
+        p, spec.name, spec.numel, kMaxNumel);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status Layout::build(const PartitionOptions& options, int ranks, const std::vector<UnitSpec>& units,
@@ -30,156 +54,12 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
   Layout l;
   l.ranks_ = ranks;
   l.shards_ = policy.shards_optimizer_state() ? ranks : 1;
+  ZRT_RETURN_IF_ERROR(l.place_params(options, policy, units.size(), params));
   const size_t granule = static_cast<size_t>(l.shards_) * options.alignment;
-  l.units_.resize(units.size());
-  l.params_.resize(params.size());
-  l.hash_ = 0xcbf29ce484222325ull;
-  hash_mix(&l.hash_, units.size());
-  for (size_t p = 0; p < params.size(); ++p) {
-    const ParamSpec& spec = params[p];
-    if (spec.unit < 0 || static_cast<size_t>(spec.unit) >= units.size()) {
-      return Status::invalid_argument("param {} (\"{}\") names unit {}, but {} units exist", p,
-                                      spec.name, spec.unit, units.size());
-    }
-    if (spec.numel == 0) {
-      return Status::invalid_argument("param {} (\"{}\") has numel 0", p, spec.name);
-    }
-    if (spec.numel > kMaxNumel) {
-      return Status::invalid_argument(
-          "param {} (\"{}\") has numel {}, over the limit of {} (2^50) elements per parameter", p,
-          spec.name, spec.numel, kMaxNumel);
-    }
-    // Each numel is <= 2^50, so the sum of the two below cannot wrap before this check.
-    if (spec.numel > kMaxNumel - (l.trainable_numel_ + l.frozen_numel_)) {
-      return Status::invalid_argument(
-          "param {} (\"{}\", {} elements) brings the model over the limit of {} (2^50) elements "
-          "in all",
-          p, spec.name, spec.numel, kMaxNumel);
-    }
-    hash_mix(&l.hash_, spec.numel);
-    hash_mix(&l.hash_, static_cast<uint64_t>(spec.unit));
-    hash_mix(&l.hash_, spec.flags);
-    ParamLocation& loc = l.params_[p];
-    loc.unit = spec.unit;
-    loc.numel = spec.numel;
-    loc.flags = spec.flags;
-    UnitLayout& unit = l.units_[spec.unit];
-    unit.params.push_back(static_cast<int>(p));
-    if (spec.flags & ZRT_PARAM_FROZEN) {
-      loc.place = ParamPlace::kFrozen;
-      loc.view_offset = l.frozen_numel_;
-      l.frozen_numel_ += spec.numel;
-      continue;
-    }
-    loc.staging_offset = unit.trainable_numel;
-    unit.trainable_numel += spec.numel;
-    l.trainable_numel_ += spec.numel;
-    const bool persistent =
-        policy.has_persistent_segment() &&
-        ((spec.flags & ZRT_PARAM_UNSHARDED) || spec.numel < options.persistence_threshold);
-    if (persistent) {
-      loc.place = ParamPlace::kPersistent;
-      unit.has_persistent = true;
-      l.persistent_numel_ += spec.numel;
-    }
-  }
-  for (const UnitLayout& unit : l.units_) {
-    l.max_unit_trainable_numel_ = std::max(l.max_unit_trainable_numel_, unit.trainable_numel);
-  }
-
-  // Appends `count` elements of param p to the segment list, opening segments of `capacity`
-  // elements as needed (capacity 0: never split, the caller opens segments).
-  auto close_segment = [&l, granule](Segment& segment) {
-    segment.numel = round_up(std::max<size_t>(segment.used, 1), granule);
-    segment.slice = segment.numel / l.shards_;
-    segment.shard_offset = l.padded_numel_ / l.shards_;
-    l.padded_numel_ += segment.numel;
-    l.max_segment_numel_ = std::max(l.max_segment_numel_, segment.numel);
-  };
-
   if (!policy.segment_per_unit()) {
-    // Bucket capacity in elements of the reduce dtype, a whole number of granules so that
-    // full segments need no padding and parameters can straddle them without holes.
-    const size_t bucket_elems = options.bucket_bytes / dtype_size(options.reduce_dtype);
-    l.bucket_numel_ = std::max(granule, bucket_elems / granule * granule);
-    // Checked before any segment exists: the count is known from the totals.
-    const size_t segments = l.trainable_numel_ / l.bucket_numel_ + 2;
-    if (segments > kMaxSegments) {
-      return Status::invalid_argument(
-          "{} trainable elements in buckets of {} elements need about {} buckets, over the limit "
-          "of {}; raise the bucket size (config.bucket_bytes, now {} bytes)",
-          l.trainable_numel_, l.bucket_numel_, segments, kMaxSegments, options.bucket_bytes);
-    }
-    size_t flat = 0;
-    for (int u = static_cast<int>(l.units_.size()) - 1; u >= 0; --u) {
-      UnitLayout& unit = l.units_[u];
-      for (int p : unit.params) {
-        ParamLocation& loc = l.params_[p];
-        if (loc.place == ParamPlace::kFrozen) continue;
-        loc.view_offset = flat;
-        size_t done = 0;
-        while (done < loc.numel) {
-          if (l.segments_.empty() || l.segments_.back().used == l.bucket_numel_) {
-            if (!l.segments_.empty()) close_segment(l.segments_.back());
-            l.segments_.emplace_back();
-            l.segments_.back().view_offset = flat + done;
-          }
-          Segment& segment = l.segments_.back();
-          const size_t take = std::min(loc.numel - done, l.bucket_numel_ - segment.used);
-          const int index = static_cast<int>(l.segments_.size()) - 1;
-          if (done == 0) {
-            loc.first_segment = index;
-            loc.segment_offset = segment.used;
-          }
-          loc.last_segment = index;
-          if (unit.first_segment < 0) unit.first_segment = index;
-          unit.last_segment = index;
-          segment.pieces.push_back({p, done, segment.used, take});
-          segment.used += take;
-          done += take;
-        }
-        flat += loc.numel;
-      }
-    }
-    if (!l.segments_.empty()) close_segment(l.segments_.back());
+    ZRT_RETURN_IF_ERROR(l.cut_buckets(options, granule));
   } else {
-    for (size_t u = 0; u < l.units_.size(); ++u) {
-      UnitLayout& unit = l.units_[u];
-      Segment segment;
-      segment.unit = static_cast<int>(u);
-      const int index = static_cast<int>(l.segments_.size());
-      for (int p : unit.params) {
-        ParamLocation& loc = l.params_[p];
-        if (loc.place != ParamPlace::kSegmented) continue;
-        loc.view_offset = segment.used;
-        loc.first_segment = loc.last_segment = index;
-        loc.segment_offset = segment.used;
-        segment.pieces.push_back({p, 0, segment.used, loc.numel});
-        segment.used += loc.numel;
-      }
-      if (segment.used == 0) continue;
-      unit.segment = unit.first_segment = unit.last_segment = index;
-      close_segment(segment);
-      l.max_unit_segment_numel_ = std::max(l.max_unit_segment_numel_, segment.numel);
-      l.segments_.push_back(std::move(segment));
-    }
-    if (l.persistent_numel_ > 0) {
-      Segment segment;
-      segment.persistent = true;
-      const int index = static_cast<int>(l.segments_.size());
-      for (size_t p = 0; p < l.params_.size(); ++p) {
-        ParamLocation& loc = l.params_[p];
-        if (loc.place != ParamPlace::kPersistent) continue;
-        loc.view_offset = segment.used;
-        loc.first_segment = loc.last_segment = index;
-        loc.segment_offset = segment.used;
-        segment.pieces.push_back({static_cast<int>(p), 0, segment.used, loc.numel});
-        segment.used += loc.numel;
-      }
-      close_segment(segment);
-      l.persistent_segment_ = index;
-      l.segments_.push_back(std::move(segment));
-    }
+    l.cut_unit_segments(granule);
   }
   // Padding adds less than one granule (<= 2^40 elements) per segment: still far from wrapping,
   // but the padded total must itself respect the limit the rest of zrt assumes.
@@ -193,6 +73,147 @@ Status Layout::build(const PartitionOptions& options, int ranks, const std::vect
   l.derive_maps();
   *layout = std::move(l);
   return Status::ok();
+}
+
+Status Layout::place_params(const PartitionOptions& options, const StagePolicy& policy,
+                            size_t unit_count, const std::vector<ParamSpec>& params) {
+  units_.resize(unit_count);
+  params_.resize(params.size());
+  hash_ = 0xcbf29ce484222325ull;
+  hash_mix(&hash_, unit_count);
+  for (size_t p = 0; p < params.size(); ++p) {
+    const ParamSpec& spec = params[p];
+    ZRT_RETURN_IF_ERROR(check_param(p, spec, unit_count, trainable_numel_ + frozen_numel_));
+    hash_mix(&hash_, spec.numel);
+    hash_mix(&hash_, static_cast<uint64_t>(spec.unit));
+    hash_mix(&hash_, spec.flags);
+    ParamLocation& loc = params_[p];
+    loc.unit = spec.unit;
+    loc.numel = spec.numel;
+    loc.flags = spec.flags;
+    UnitLayout& unit = units_[spec.unit];
+    unit.params.push_back(static_cast<int>(p));
+    if (spec.flags & ZRT_PARAM_FROZEN) {
+      loc.place = ParamPlace::kFrozen;
+      loc.view_offset = frozen_numel_;
+      frozen_numel_ += spec.numel;
+      continue;
+    }
+    loc.staging_offset = unit.trainable_numel;
+    unit.trainable_numel += spec.numel;
+    trainable_numel_ += spec.numel;
+    const bool persistent =
+        policy.has_persistent_segment() &&
+        ((spec.flags & ZRT_PARAM_UNSHARDED) || spec.numel < options.persistence_threshold);
+    if (persistent) {
+      loc.place = ParamPlace::kPersistent;
+      unit.has_persistent = true;
+      persistent_numel_ += spec.numel;
+    }
+  }
+  for (const UnitLayout& unit : units_) {
+    max_unit_trainable_numel_ = std::max(max_unit_trainable_numel_, unit.trainable_numel);
+  }
+  return Status::ok();
+}
+
+void Layout::close_segment(Segment* segment, size_t granule) {
+  segment->numel = round_up(std::max<size_t>(segment->used, 1), granule);
+  segment->slice = segment->numel / shards_;
+  segment->shard_offset = padded_numel_ / shards_;
+  padded_numel_ += segment->numel;
+  max_segment_numel_ = std::max(max_segment_numel_, segment->numel);
+}
+
+Status Layout::cut_buckets(const PartitionOptions& options, size_t granule) {
+  // Bucket capacity in elements of the reduce dtype, a whole number of granules so that
+  // full segments need no padding and parameters can straddle them without holes.
+  const size_t bucket_elems = options.bucket_bytes / dtype_size(options.reduce_dtype);
+  bucket_numel_ = std::max(granule, bucket_elems / granule * granule);
+  // Checked before any segment exists: the count is known from the totals.
+  const size_t segments = trainable_numel_ / bucket_numel_ + 2;
+  if (segments > kMaxSegments) {
+    return Status::invalid_argument(
+        "{} trainable elements in buckets of {} elements need about {} buckets, over the limit "
+        "of {}; raise the bucket size (config.bucket_bytes, now {} bytes)",
+        trainable_numel_, bucket_numel_, segments, kMaxSegments, options.bucket_bytes);
+  }
+  size_t flat = 0;
+  for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
+    for (int p : units_[u].params) {
+      if (params_[p].place == ParamPlace::kFrozen) continue;
+      append_to_buckets(p, flat, granule);
+      flat += params_[p].numel;
+    }
+  }
+  if (!segments_.empty()) close_segment(&segments_.back(), granule);
+  return Status::ok();
+}
+
+void Layout::append_to_buckets(int p, size_t flat, size_t granule) {
+  ParamLocation& loc = params_[p];
+  UnitLayout& unit = units_[loc.unit];
+  loc.view_offset = flat;
+  size_t done = 0;
+  while (done < loc.numel) {
+    if (segments_.empty() || segments_.back().used == bucket_numel_) {
+      if (!segments_.empty()) close_segment(&segments_.back(), granule);
+      segments_.emplace_back();
+      segments_.back().view_offset = flat + done;
+    }
+    Segment& segment = segments_.back();
+    const size_t take = std::min(loc.numel - done, bucket_numel_ - segment.used);
+    const int index = static_cast<int>(segments_.size()) - 1;
+    if (done == 0) {
+      loc.first_segment = index;
+      loc.segment_offset = segment.used;
+    }
+    loc.last_segment = index;
+    if (unit.first_segment < 0) unit.first_segment = index;
+    unit.last_segment = index;
+    segment.pieces.push_back({p, done, segment.used, take});
+    segment.used += take;
+    done += take;
+  }
+}
+
+void Layout::cut_unit_segments(size_t granule) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitLayout& unit = units_[u];
+    Segment segment;
+    segment.unit = static_cast<int>(u);
+    const int index = static_cast<int>(segments_.size());
+    for (int p : unit.params) {
+      ParamLocation& loc = params_[p];
+      if (loc.place != ParamPlace::kSegmented) continue;
+      loc.view_offset = segment.used;
+      loc.first_segment = loc.last_segment = index;
+      loc.segment_offset = segment.used;
+      segment.pieces.push_back({p, 0, segment.used, loc.numel});
+      segment.used += loc.numel;
+    }
+    if (segment.used == 0) continue;
+    unit.segment = unit.first_segment = unit.last_segment = index;
+    close_segment(&segment, granule);
+    max_unit_segment_numel_ = std::max(max_unit_segment_numel_, segment.numel);
+    segments_.push_back(std::move(segment));
+  }
+  if (persistent_numel_ == 0) return;
+  Segment segment;
+  segment.persistent = true;
+  const int index = static_cast<int>(segments_.size());
+  for (size_t p = 0; p < params_.size(); ++p) {
+    ParamLocation& loc = params_[p];
+    if (loc.place != ParamPlace::kPersistent) continue;
+    loc.view_offset = segment.used;
+    loc.first_segment = loc.last_segment = index;
+    loc.segment_offset = segment.used;
+    segment.pieces.push_back({static_cast<int>(p), 0, segment.used, loc.numel});
+    segment.used += loc.numel;
+  }
+  close_segment(&segment, granule);
+  persistent_segment_ = index;
+  segments_.push_back(std::move(segment));
 }
 
 std::vector<ShardPiece> Layout::shard_pieces(int rank) const {

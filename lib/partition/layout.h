@@ -27,6 +27,8 @@
 
 namespace zrt {
 
+class StagePolicy;
+
 struct ParamSpec {
   std::string name;
   size_t numel = 0;
@@ -176,6 +178,20 @@ class Layout {
   uint64_t hash() const { return hash_; }
 
  private:
+  // The phases of build. Checks every parameter, hashes the inputs and places each one: frozen
+  // (in the frozen store), persistent (stage 3) or segmented, at its offset in its unit's
+  // gradient staging window.
+  Status place_params(const PartitionOptions& options, const StagePolicy& policy, size_t unit_count,
+                      const std::vector<ParamSpec>& params);
+  // Stages 0-2: the trainable parameters in backward order, cut into buckets.
+  Status cut_buckets(const PartitionOptions& options, size_t granule);
+  // Appends param p, at `flat` in the full buffer, to the buckets, opening a new one whenever
+  // the last is full (so a parameter may straddle two).
+  void append_to_buckets(int p, size_t flat, size_t granule);
+  // Stage 3: one segment per unit with segmented parameters, then the persistent segment.
+  void cut_unit_segments(size_t granule);
+  // Pads the segment to a multiple of `granule` and gives it its place in the shards.
+  void close_segment(Segment* segment, size_t granule);
   void derive_maps();
 
   int ranks_ = 1;

@@ -16,14 +16,12 @@ PartitionContext::PartitionContext(Communicator& comm_in, const PartitionOptions
 PartitionContext::PartitionContext(Communicator& comm_in, Communicator& world_in,
                                    Communicator* replicas_in, const PartitionOptions& options_in)
     : comm(comm_in),
-      world(world_in),
+      world{&world_in, world_in.rank(), world_in.size()},
       replicas(replicas_in),
       options(options_in),
       policy(options_in),
       rank(comm_in.rank()),
       size(comm_in.size()),
-      world_rank(world_in.rank()),
-      world_size(world_in.size()),
       p_size(dtype_size(options_in.param_dtype)),
       g_size(dtype_size(options_in.reduce_dtype)) {}
 

@@ -79,6 +79,13 @@ struct PartitionStreams {
   std::vector<Event*> secondary_copied;
 };
 
+// A communicator and this rank's place in it (rank and size read once).
+struct RankGroup {
+  Communicator* comm = nullptr;
+  int rank = 0;
+  int size = 0;
+};
+
 struct PartitionContext {
   // Flat: comm is the world.
   PartitionContext(Communicator& comm, const PartitionOptions& options);
@@ -105,20 +112,16 @@ struct PartitionContext {
   // size are in it; with flat sharding it is the world.
   Communicator& comm;
   // Every rank of the job: the step's vote, the cross-rank checks.
-  Communicator& world;
+  const RankGroup world;
   // Hybrid sharding: the gradient shard's all-reduce across the groups; null when flat.
   Communicator* replicas;
-  // hpZ (shard_groups.h): the H ranks sharing the secondary parameter copy, null when off; set
-  // by finalize before the resources. secondary_rank is this rank's index among them.
-  Communicator* secondary = nullptr;
-  int secondary_size = 0;
-  int secondary_rank = 0;
+  // hpZ (shard_groups.h): the H ranks sharing the secondary parameter copy (comm null when off);
+  // set by finalize before the resources. rank is this rank's index among them.
+  RankGroup secondary;
   const PartitionOptions options;
   const StagePolicy policy;
   const int rank;
   const int size;
-  const int world_rank;
-  const int world_size;
   const size_t p_size;  // bytes per param element
   const size_t g_size;  // bytes per reduce element
 

@@ -205,9 +205,9 @@ Status PartitionManager::finalize() {
     ctx_ = std::make_unique<PartitionContext>(world_, options);
   }
   if (groups_.secondary != nullptr) {
-    ctx_->secondary = groups_.secondary.get();
-    ctx_->secondary_size = groups_.secondary_size;
-    ctx_->secondary_rank = groups_.secondary->rank();
+    ctx_->secondary.comm = groups_.secondary.get();
+    ctx_->secondary.size = groups_.secondary_size;
+    ctx_->secondary.rank = groups_.secondary->rank();
   }
   ZRT_RETURN_IF_ERROR(
       Layout::build(ctx_->options, ctx_->size, unit_specs_, param_specs_, &ctx_->layout));
@@ -520,12 +520,12 @@ Status PartitionManager::traffic(zrt_partition_traffic_t* traffic) const {
   ZRT_RETURN_IF_ERROR(check_finalized("traffic"));
   zrt_comm_stats_t stats{};
   ctx_->comm.engine().counters().snapshot(&stats);
-  if (ctx_->secondary != nullptr) {
+  if (ctx_->secondary.comm != nullptr) {
     // hpZ: what runs over every rank crosses the groups; the secondary copy's gathers do not.
-    traffic->shard_group_size = ctx_->secondary_size;
-    traffic->replica_groups = ctx_->world_size / ctx_->secondary_size;
+    traffic->shard_group_size = ctx_->secondary.size;
+    traffic->replica_groups = ctx_->world.size / ctx_->secondary.size;
     traffic->inter_group_bytes = stats.user.bytes_sent;
-    ctx_->secondary->engine().counters().snapshot(&stats);
+    ctx_->secondary.comm->engine().counters().snapshot(&stats);
     traffic->intra_group_bytes = stats.user.bytes_sent;
     return Status::ok();
   }

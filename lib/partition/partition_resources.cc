@@ -14,8 +14,20 @@ Status PartitionResources::setup(PartitionContext& ctx) {
 }
 
 Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
-  const size_t p_size = ctx.p_size;
-  const size_t g_size = ctx.g_size;
+  ZRT_RETURN_IF_ERROR(create_arena(ctx));
+  const BufferPlan& b = ctx.plan;
+  if (b.offload) ZRT_RETURN_IF_ERROR(make_host_arena(ctx));
+  Arena& a = *arena_;
+  // Offload: master, state, backup and the optimizer's gradient in host memory.
+  Arena& m = b.offload ? *host_arena_ : a;
+  const BufferHandles handles = plan_in_arenas(ctx, a, m);
+  ZRT_RETURN_IF_ERROR(a.commit());
+  if (b.offload) ZRT_RETURN_IF_ERROR(m.commit().with_context("the offloaded optimizer state"));
+  carve_buffers(handles, a, m, &ctx.buffers);
+  return handles.mapped ? create_mapped_window(ctx) : Status::ok();
+}
+
+Status PartitionResources::create_arena(PartitionContext& ctx) {
   if (ctx.options.mem_kind == ZRT_MEM_CUDA) {
     if (device_ == nullptr) {
       return Status(ZRT_UNSUPPORTED,
@@ -32,70 +44,71 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   }
   ctx.ops = ops_.get();
   ctx.master_ops = ops_.get();
+  return Status::ok();
+}
+
+PartitionResources::BufferHandles PartitionResources::plan_in_arenas(const PartitionContext& ctx,
+                                                                     Arena& a, Arena& m) const {
   const BufferPlan& b = ctx.plan;
-  if (b.offload) ZRT_RETURN_IF_ERROR(make_host_arena(ctx));
-  Arena& a = *arena_;
-  // Offload: master, state, backup and the optimizer's gradient in host memory.
-  Arena& m = b.offload ? *host_arena_ : a;
-  const size_t h_full = a.plan(b.full_params * p_size, MemoryCategory::kFullParams);
-  const size_t h_frozen = a.plan(b.frozen * p_size, MemoryCategory::kFullParams);
-  const size_t h_pshard = a.plan(b.param_shard * p_size, MemoryCategory::kParamShard);
-  const size_t h_psecondary = a.plan(b.param_secondary * p_size, MemoryCategory::kParamSecondary);
-  const size_t h_fgrads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
-  const size_t h_gshard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
-  const size_t h_master = m.plan(b.master * 4, MemoryCategory::kMaster);
-  std::vector<size_t> h_state;
+  const size_t p_size = ctx.p_size;
+  const size_t g_size = ctx.g_size;
+  BufferHandles h;
+  h.full_params = a.plan(b.full_params * p_size, MemoryCategory::kFullParams);
+  h.frozen = a.plan(b.frozen * p_size, MemoryCategory::kFullParams);
+  h.param_shard = a.plan(b.param_shard * p_size, MemoryCategory::kParamShard);
+  h.param_secondary = a.plan(b.param_secondary * p_size, MemoryCategory::kParamSecondary);
+  h.full_grads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
+  h.grad_shard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
+  h.master = m.plan(b.master * 4, MemoryCategory::kMaster);
   for (int i = 0; i < b.optimizer_slots; ++i) {
-    h_state.push_back(m.plan(b.master * 4, MemoryCategory::kOptimizerState));
+    h.state.push_back(m.plan(b.master * 4, MemoryCategory::kOptimizerState));
   }
-  std::vector<size_t> h_buckets;
   for (int i = 0; i < b.bucket_count; ++i) {
-    h_buckets.push_back(a.plan(b.bucket_numel * g_size, MemoryCategory::kBuckets));
+    h.buckets.push_back(a.plan(b.bucket_numel * g_size, MemoryCategory::kBuckets));
   }
-  const size_t h_pbucket = a.plan(b.persistent_bucket * g_size, MemoryCategory::kBuckets);
-  const size_t slot_bytes = b.window_slot_numel * p_size;
-  const size_t window_bytes = slot_bytes * static_cast<size_t>(b.window_slots);
-  const bool mapped = window_bytes > 0 && stable_addresses_;
-  size_t h_window = 0;
-  if (mapped) {
+  h.persistent_bucket = a.plan(b.persistent_bucket * g_size, MemoryCategory::kBuckets);
+  h.slot_bytes = b.window_slot_numel * p_size;
+  const size_t window_bytes = h.slot_bytes * static_cast<size_t>(b.window_slots);
+  h.mapped = window_bytes > 0 && stable_addresses_;
+  if (h.mapped) {
     a.count_external(window_bytes, MemoryCategory::kGatherWindow);
   } else {
-    h_window = a.plan(window_bytes, MemoryCategory::kGatherWindow);
+    h.window = a.plan(window_bytes, MemoryCategory::kGatherWindow);
   }
-  std::vector<size_t> h_gwindows;
   for (int i = 0; i < b.grad_windows; ++i) {
-    h_gwindows.push_back(a.plan(b.grad_window * p_size, MemoryCategory::kGradStaging));
+    h.grad_windows.push_back(a.plan(b.grad_window * p_size, MemoryCategory::kGradStaging));
   }
-  const size_t h_ograd = m.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
-  const size_t h_bmaster = m.plan(b.backup * 4, MemoryCategory::kStepBackup);
-  std::vector<size_t> h_bstate;
+  h.optimizer_grad = m.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
+  h.backup_master = m.plan(b.backup * 4, MemoryCategory::kStepBackup);
   if (b.backup > 0) {
     for (int i = 0; i < b.optimizer_slots; ++i) {
-      h_bstate.push_back(m.plan(b.backup * 4, MemoryCategory::kStepBackup));
+      h.backup_state.push_back(m.plan(b.backup * 4, MemoryCategory::kStepBackup));
     }
   }
-  ZRT_RETURN_IF_ERROR(a.commit());
-  if (b.offload) ZRT_RETURN_IF_ERROR(m.commit().with_context("the offloaded optimizer state"));
-  PartitionBuffers& buf = ctx.buffers;
-  buf.full_params = static_cast<char*>(a.address(h_full));
-  buf.frozen = static_cast<char*>(a.address(h_frozen));
-  buf.param_shard = static_cast<char*>(a.address(h_pshard));
-  buf.param_secondary = static_cast<char*>(a.address(h_psecondary));
-  buf.full_grads = static_cast<char*>(a.address(h_fgrads));
-  buf.grad_shard = static_cast<char*>(a.address(h_gshard));
-  buf.master = static_cast<float*>(m.address(h_master));
-  for (size_t h : h_state) buf.state.push_back(static_cast<float*>(m.address(h)));
-  for (size_t h : h_buckets) buf.buckets.push_back(static_cast<char*>(a.address(h)));
-  buf.persistent_bucket = static_cast<char*>(a.address(h_pbucket));
-  if (!mapped) {
-    buf.window = static_cast<char*>(a.address(h_window));
-    buf.slot_bytes = slot_bytes;
+  return h;
+}
+
+void PartitionResources::carve_buffers(const BufferHandles& h, Arena& a, Arena& m,
+                                       PartitionBuffers* buffers) {
+  PartitionBuffers& buf = *buffers;
+  buf.full_params = static_cast<char*>(a.address(h.full_params));
+  buf.frozen = static_cast<char*>(a.address(h.frozen));
+  buf.param_shard = static_cast<char*>(a.address(h.param_shard));
+  buf.param_secondary = static_cast<char*>(a.address(h.param_secondary));
+  buf.full_grads = static_cast<char*>(a.address(h.full_grads));
+  buf.grad_shard = static_cast<char*>(a.address(h.grad_shard));
+  buf.master = static_cast<float*>(m.address(h.master));
+  for (size_t i : h.state) buf.state.push_back(static_cast<float*>(m.address(i)));
+  for (size_t i : h.buckets) buf.buckets.push_back(static_cast<char*>(a.address(i)));
+  buf.persistent_bucket = static_cast<char*>(a.address(h.persistent_bucket));
+  if (!h.mapped) {
+    buf.window = static_cast<char*>(a.address(h.window));
+    buf.slot_bytes = h.slot_bytes;
   }
-  for (size_t h : h_gwindows) buf.grad_windows.push_back(static_cast<char*>(a.address(h)));
-  buf.optimizer_grad = static_cast<float*>(m.address(h_ograd));
-  buf.backup_master = static_cast<float*>(m.address(h_bmaster));
-  for (size_t h : h_bstate) buf.backup_state.push_back(static_cast<float*>(m.address(h)));
-  return mapped ? create_mapped_window(ctx) : Status::ok();
+  for (size_t i : h.grad_windows) buf.grad_windows.push_back(static_cast<char*>(a.address(i)));
+  buf.optimizer_grad = static_cast<float*>(m.address(h.optimizer_grad));
+  buf.backup_master = static_cast<float*>(m.address(h.backup_master));
+  for (size_t i : h.backup_state) buf.backup_state.push_back(static_cast<float*>(m.address(i)));
 }
 
 Status PartitionResources::create_mapped_window(PartitionContext& ctx) {
@@ -165,13 +178,13 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
   if (ctx.plan.offload) ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.offload));
   auto make = [&engine](Event** event) { return engine.create_event(event); };
   ZRT_RETURN_IF_ERROR(create_events(ctx, make));
-  return ctx.secondary != nullptr ? create_secondary_streams(ctx) : Status::ok();
+  return ctx.secondary.comm != nullptr ? create_secondary_streams(ctx) : Status::ok();
 }
 
 // hpZ (host memory only, shard_groups.cc refuses the rest): a stream and slot events on the
 // secondary group's engine, and the per-segment copy events on the world's.
 Status PartitionResources::create_secondary_streams(PartitionContext& ctx) {
-  ProgressEngine& group = ctx.secondary->engine();
+  ProgressEngine& group = ctx.secondary.comm->engine();
   PartitionStreams& s = ctx.streams;
   ZRT_RETURN_IF_ERROR(group.create_stream(ctx.options.mem_kind, &s.secondary_ag));
   s.secondary_slot_events.assign(s.slot_events.size(), nullptr);
@@ -232,78 +245,85 @@ Status PartitionResources::create_events(PartitionContext& ctx,
   return Status::ok();
 }
 
-Status PartitionResources::release(PartitionContext& ctx) {
-  Status first;
-  auto keep = [&first](const Status& status) {
-    if (first.is_ok() && !status.is_ok()) first = status;
-  };
-  ProgressEngine& engine = ctx.comm.engine();
+namespace {
+
+void keep_first(Status* first, const Status& status) {
+  if (first->is_ok() && !status.is_ok()) *first = status;
+}
+
+void destroy_stream(ProgressEngine& engine, Stream** stream, Status* first) {
+  if (*stream != nullptr) keep_first(first, engine.destroy_stream(*stream));
+  *stream = nullptr;
+}
+
+void destroy_event(ProgressEngine& engine, Event** event, Status* first) {
+  if (*event != nullptr) keep_first(first, engine.destroy_event(*event));
+  *event = nullptr;
+}
+
+void destroy_events(ProgressEngine& engine, std::vector<Event*>* events, Status* first) {
+  for (Event* event : *events) {
+    if (event != nullptr) keep_first(first, engine.destroy_event(event));
+  }
+  events->clear();
+}
+
+// hpZ's stream and slot events on the secondary group's engine, its copy events on the world's.
+void destroy_secondary_streams(PartitionContext& ctx, Status* first) {
   PartitionStreams& s = ctx.streams;
-  if (!device_streams_.empty()) {
-    // CUDA: wait for the device to pass zrt's work before the buffers go; the streams and events
-    // are owned here, freed here rather than by the engine.
-    for (auto& stream : device_streams_) keep(stream->synchronize());
-    device_streams_.clear();
-    device_events_.clear();
-    s.ag = s.rs = s.offload = nullptr;
-    s.segment_events.clear();
-    s.segment_reduced.clear();
-    s.segment_copied.clear();
-    s.backup_taken = nullptr;
-    s.bucket_events.clear();
-    s.slot_events.clear();
-    s.persistent_event = nullptr;
+  if (ctx.secondary.comm != nullptr) {
+    ProgressEngine& group = ctx.secondary.comm->engine();
+    destroy_stream(group, &s.secondary_ag, first);
+    destroy_events(group, &s.secondary_slot_events, first);
   }
-  // Destroying a stream waits for its work, so buffers are idle before the arena goes.
-  if (ctx.secondary != nullptr) {
-    ProgressEngine& group = ctx.secondary->engine();
-    if (s.secondary_ag != nullptr) keep(group.destroy_stream(s.secondary_ag));
-    for (Event* event : s.secondary_slot_events) {
-      if (event != nullptr) keep(group.destroy_event(event));
-    }
-  }
-  for (Event* event : s.secondary_copied) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
+  destroy_events(ctx.comm.engine(), &s.secondary_copied, first);
   s.secondary_ag = nullptr;
   s.secondary_slot_events.clear();
-  s.secondary_copied.clear();
-  if (s.ag != nullptr) keep(engine.destroy_stream(s.ag));
-  if (s.rs != nullptr) keep(engine.destroy_stream(s.rs));
-  if (s.copy != nullptr) keep(engine.destroy_stream(s.copy));
-  if (s.offload != nullptr) keep(engine.destroy_stream(s.offload));
-  s.ag = s.rs = s.copy = s.offload = nullptr;
-  if (s.copy_event != nullptr) keep(engine.destroy_event(s.copy_event));
-  s.copy_event = nullptr;
-  for (Event* event : s.window_read) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  s.window_read.clear();
-  for (Event* event : s.segment_events) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  for (Event* event : s.bucket_events) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  for (Event* event : s.slot_events) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  if (s.persistent_event != nullptr) keep(engine.destroy_event(s.persistent_event));
-  for (Event* event : s.segment_reduced) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  for (Event* event : s.segment_copied) {
-    if (event != nullptr) keep(engine.destroy_event(event));
-  }
-  if (s.backup_taken != nullptr) keep(engine.destroy_event(s.backup_taken));
-  s.backup_taken = nullptr;
+}
+
+// What create_streams made on the engine (after release_device_streams: only what is left).
+void destroy_engine_streams(ProgressEngine& engine, PartitionStreams& s, Status* first) {
+  destroy_stream(engine, &s.ag, first);
+  destroy_stream(engine, &s.rs, first);
+  destroy_stream(engine, &s.copy, first);
+  destroy_stream(engine, &s.offload, first);
+  destroy_event(engine, &s.copy_event, first);
+  destroy_events(engine, &s.window_read, first);
+  destroy_events(engine, &s.segment_events, first);
+  destroy_events(engine, &s.bucket_events, first);
+  destroy_events(engine, &s.slot_events, first);
+  destroy_event(engine, &s.persistent_event, first);
+  destroy_events(engine, &s.segment_reduced, first);
+  destroy_events(engine, &s.segment_copied, first);
+  destroy_event(engine, &s.backup_taken, first);
+}
+
+}  // namespace
+
+// CUDA: wait for the device to pass zrt's work before the buffers go; the streams and events
+// are owned here, freed here rather than by the engine.
+void PartitionResources::release_device_streams(PartitionStreams& s, Status* first) {
+  for (auto& stream : device_streams_) keep_first(first, stream->synchronize());
+  device_streams_.clear();
+  device_events_.clear();
+  s.ag = s.rs = s.offload = nullptr;
+  s.segment_events.clear();
   s.segment_reduced.clear();
   s.segment_copied.clear();
-  s.segment_events.clear();
+  s.backup_taken = nullptr;
   s.bucket_events.clear();
   s.slot_events.clear();
   s.persistent_event = nullptr;
-  if (ops_ != nullptr) keep(ops_->bind(nullptr));  // a device op's failure not reported yet
+}
+
+Status PartitionResources::release(PartitionContext& ctx) {
+  Status first;
+  if (!device_streams_.empty()) release_device_streams(ctx.streams, &first);
+  // Destroying a stream waits for its work, so buffers are idle before the arena goes.
+  destroy_secondary_streams(ctx, &first);
+  destroy_engine_streams(ctx.comm.engine(), ctx.streams, &first);
+  // A device op's failure not reported yet.
+  if (ops_ != nullptr) keep_first(&first, ops_->bind(nullptr));
   ctx.ops = nullptr;
   ctx.master_ops = nullptr;
   ctx.buffers.mapped_window = nullptr;

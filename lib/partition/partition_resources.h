@@ -4,6 +4,7 @@
 // waits for their work and frees them, in reverse.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -46,13 +47,45 @@ class PartitionResources {
   void measure(MemoryFigures* figures) const;
 
  private:
+  // Where each buffer of the plan will sit in its arena (Arena::plan's handles, named as
+  // PartitionBuffers names the addresses), until the arenas are committed.
+  struct BufferHandles {
+    size_t full_params = 0;
+    size_t frozen = 0;
+    size_t param_shard = 0;
+    size_t param_secondary = 0;
+    size_t full_grads = 0;
+    size_t grad_shard = 0;
+    size_t master = 0;
+    std::vector<size_t> state;
+    std::vector<size_t> buckets;
+    size_t persistent_bucket = 0;
+    size_t window = 0;  // unless `mapped`
+    size_t slot_bytes = 0;
+    bool mapped = false;  // stage 3's window is a mapped one (stable addresses), not carved
+    std::vector<size_t> grad_windows;
+    size_t optimizer_grad = 0;
+    size_t backup_master = 0;
+    std::vector<size_t> backup_state;
+  };
+
+  // The arenas, planned, committed and carved into ctx.buffers.
   Status allocate_buffers(PartitionContext& ctx);
+  // The parameters' arena and its element ops (host, or the device context's).
+  Status create_arena(PartitionContext& ctx);
+  // Plans every buffer: in `a`, the parameters' arena, or `m`, master's (offload: host memory).
+  BufferHandles plan_in_arenas(const PartitionContext& ctx, Arena& a, Arena& m) const;
+  static void carve_buffers(const BufferHandles& handles, Arena& a, Arena& m,
+                            PartitionBuffers* buffers);
   Status make_host_arena(PartitionContext& ctx);
   Status create_mapped_window(PartitionContext& ctx);
   Status create_streams(PartitionContext& ctx);
   Status create_device_streams(PartitionContext& ctx);
   Status create_secondary_streams(PartitionContext& ctx);
   Status create_events(PartitionContext& ctx, const std::function<Status(Event**)>& make);
+  // release's first phase on a device: waits for the CUDA streams and frees them and their
+  // events; the first failure into *first.
+  void release_device_streams(PartitionStreams& streams, Status* first);
 
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> host_arena_;            // offload_optimizer only

@@ -47,55 +47,52 @@ OffloadPipeline::Run StepTransaction::offload_run() const {
 Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_data) {
   const int64_t next = step_ + 1;
   const bool backed_up = ctx_.buffers.backup_master != nullptr;
-  std::vector<int32_t> codes;
-  zrt_status_t first = ZRT_SUCCESS;
-
   const Status ready = check_step_ready(/*wait_reductions=*/!backed_up);
-  if (!backed_up) {
-    const Status vote = exchange_codes(
-        ready.code(), "step: agreeing that every rank's reductions completed", &codes);
-    if (!ready.is_ok()) return ready;
-    if (!vote.is_ok()) {
-      return vote.with_context(
-          fmt::format("step {} (no optimizer ran here; master and state are unchanged)", next));
-    }
-    const std::string failed = failed_ranks(codes, &first);
-    if (!failed.empty()) {
-      return Status::error(ZRT_REMOTE_ERROR,
-                           "step {}: rank(s){} failed before the optimizer (reductions or usage); "
-                           "no rank ran its optimizer, master and state are unchanged",
-                           next, failed);
-    }
-  }
-
-  // The pipeline: per segment, its gradient on the host, the callback, the parameters.
+  if (!backed_up) ZRT_RETURN_IF_ERROR(vote_ready(ready, next));
   OffloadPipeline::Run run = offload_run();
-  Status local = ready;
+  const Status local = run_offload_pipeline(ready, optimizer, user_data, next, &run);
+  if (run.optimized) backup_.invalidate();
+  ZRT_RETURN_IF_ERROR(vote_offloaded(local, run, next));
+  // Every rank's pipeline succeeded: publish (owned slices are converted already; stage 3's
+  // shard is where every callback wrote it).
+  owned_converted_ = run.convert_back;
+  const bool all_written = run.params_written == ctx_.layout.segments().size();
+  return traced_step_part(ctx_.comm, kTraceStepPublish, -1,
+                          [&] { return commit(next, all_written); });
+}
+
+// The pipeline: per segment, its gradient on the host, the callback, the parameters.
+Status StepTransaction::run_offload_pipeline(const Status& ready, zrt_optimizer_fn optimizer,
+                                             void* user_data, int64_t next,
+                                             OffloadPipeline::Run* run) {
   if (armed()) {
     // Started during backward (step_in_backward.cc; arming needs a backup).
-    local = finish_in_backward(ready, &run);
-  } else if (local.is_ok()) {
-    static_cast<void>(traced_step_part(ctx_.comm, kTraceStepBackup, -1, [&] {
-      take_backup();  // whole before the first callback
-      return Status::ok();
-    }));
-    std::vector<int> order;
-    local = grads_.start_offload_copies(&order, &run.how);
-    if (local.is_ok()) local = offload_->run(grads_, order, optimizer, user_data, next, &run);
-    // Also after a failed callback: the copies of the segments after it are still in flight,
-    // and a retry reads them.
-    const Status drained = drain_offload();
-    if (local.is_ok()) local = drained;
+    return finish_in_backward(ready, run);
   }
+  if (!ready.is_ok()) return ready;
+  static_cast<void>(traced_step_part(ctx_.comm, kTraceStepBackup, -1, [&] {
+    take_backup();  // whole before the first callback
+    return Status::ok();
+  }));
+  std::vector<int> order;
+  Status local = grads_.start_offload_copies(&order, &run->how);
+  if (local.is_ok()) local = offload_->run(grads_, order, optimizer, user_data, next, run);
+  // Also after a failed callback: the copies of the segments after it are still in flight,
+  // and a retry reads them.
+  const Status drained = drain_offload();
+  if (local.is_ok()) local = drained;
+  return local;
+}
+
+Status StepTransaction::vote_offloaded(const Status& local, const OffloadPipeline::Run& run,
+                                       int64_t next) {
+  const bool backed_up = ctx_.buffers.backup_master != nullptr;
   const zrt_status_t code = run.code;
   const bool optimized = run.optimized;
   // Parameters this rank's pipeline may have changed before the vote (a failing callback may
   // have written its spans too): a rollback re-derives them.
   const bool params_changed = run.convert_back || (run.offer_params && optimized);
-  if (optimized) backup_.invalidate();
-  const char* undo = backed_up ? "master and optimizer state were restored"
-                               : "step_backup is 0: master and optimizer state are as the "
-                                 "callbacks left them, reload a checkpoint";
+  const char* undo = undo_note(backed_up);
   // What this rank's callbacks and conversions back changed, undone (they may still be read by
   // conversions on the all-gather stream).
   auto roll_back = [&]() {
@@ -105,6 +102,7 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
     if (params_changed) rederive_params();
   };
   const zrt_status_t mine = local.is_ok() ? code : local.code();
+  std::vector<int32_t> codes;
   const Status voted = traced_step_part(ctx_.comm, kTraceStepVote, -1, [&] {
     return exchange_codes(
         mine, "step: agreeing that every rank's reductions and offloaded optimizer succeeded",
@@ -116,30 +114,20 @@ Status StepTransaction::step_offloaded(zrt_optimizer_fn optimizer, void* user_da
         fmt::format("step {} (offloaded; this rank's optimizer returned {}; {} on this rank)", next,
                     zrt_status_string(code), undo));
   }
+  zrt_status_t first = ZRT_SUCCESS;
   const std::string failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
     roll_back();
     // Every rank takes this branch (the codes agree), so each shares its own message and every
     // rank can say why the failing ones failed.
-    std::string details;
-    const Status shared = exchange_messages(local, codes, &details);
-    if (!shared.is_ok()) {
-      details = fmt::format(" (their messages could not be shared: {}{})", shared.message(),
-                            local.is_ok() ? "" : "; this rank: " + local.message());
-    }
+    const std::string details = failure_details(local, codes);
     return Status::error(first,
                          "step {}: rank(s){} failed in the offloaded step (a reduction, a copy "
                          "to the host or the optimizer callback); {} on this rank, parameters "
                          "unchanged{}",
                          next, failed, optimized ? undo : "nothing was changed", details);
   }
-
-  // Every rank's pipeline succeeded: publish (owned slices are converted already; stage 3's
-  // shard is where every callback wrote it).
-  owned_converted_ = run.convert_back;
-  const bool all_written = run.params_written == ctx_.layout.segments().size();
-  return traced_step_part(ctx_.comm, kTraceStepPublish, -1,
-                          [&] { return commit(next, all_written); });
+  return Status::ok();
 }
 
 }  // namespace zrt

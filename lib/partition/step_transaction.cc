@@ -56,9 +56,9 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   // A callback's stray negative value must still read as a failure under MAX.
   const int32_t own =
       mine < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : static_cast<int32_t>(mine);
-  codes->assign(static_cast<size_t>(ctx_.world_size), 0);
-  (*codes)[static_cast<size_t>(ctx_.world_rank)] = own;
-  if (ctx_.world_size == 1) return Status::ok();
+  codes->assign(static_cast<size_t>(ctx_.world.size), 0);
+  (*codes)[static_cast<size_t>(ctx_.world.rank)] = own;
+  if (ctx_.world.size == 1) return Status::ok();
   // One all-reduce (max) of every rank's slot: each rank learns every code, and the vote is
   // counted as internal traffic, apart from the ZeRO figures. Over the world, not the shard
   // group: the replica groups must roll back or commit together too.
@@ -69,7 +69,7 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   vote.count = codes->size();
   vote.dtype = ZRT_I32;
   vote.op = ZRT_MAX;
-  return ctx_.world.run_internal(vote, what);
+  return ctx_.world.comm->run_internal(vote, what);
 }
 
 Status StepTransaction::exchange_messages(const Status& mine, const std::vector<int32_t>& codes,
@@ -77,9 +77,9 @@ Status StepTransaction::exchange_messages(const Status& mine, const std::vector<
   // Fixed slots, so one all-gather carries them; only on the failure path, never in a step
   // that succeeds.
   constexpr size_t kSlot = 1024;
-  const size_t size = static_cast<size_t>(ctx_.world_size);
+  const size_t size = static_cast<size_t>(ctx_.world.size);
   std::vector<char> slots(kSlot * size, 0);
-  char* own = slots.data() + kSlot * static_cast<size_t>(ctx_.world_rank);
+  char* own = slots.data() + kSlot * static_cast<size_t>(ctx_.world.rank);
   const std::string& text = mine.message();
   std::copy_n(text.data(), std::min(text.size(), kSlot - 1), own);
   if (size > 1) {
@@ -91,7 +91,7 @@ Status StepTransaction::exchange_messages(const Status& mine, const std::vector<
     gather.count = kSlot;
     gather.dtype = ZRT_U8;
     ZRT_RETURN_IF_ERROR(
-        ctx_.world.run_internal(gather, "step: sharing the failing ranks' error messages"));
+        ctx_.world.comm->run_internal(gather, "step: sharing the failing ranks' error messages"));
   }
   for (size_t r = 0; r < size; ++r) {
     if (codes[r] == ZRT_SUCCESS) continue;
@@ -279,13 +279,24 @@ void StepTransaction::rederive_params() {
   }
 }
 
-Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
-  if (offload_ != nullptr) return step_offloaded(optimizer, user_data);
-  const int64_t next = step_ + 1;
-  std::vector<int32_t> codes;
+const char* StepTransaction::undo_note(bool backed_up) {
+  return backed_up ? "master and optimizer state were restored"
+                   : "step_backup is 0: master and optimizer state are as the "
+                     "callbacks left them, reload a checkpoint";
+}
 
-  // Phase 1: prepare, then vote. Nothing has been written yet, whatever fails.
-  const Status ready = check_step_ready();
+std::string StepTransaction::failure_details(const Status& own, const std::vector<int32_t>& codes) {
+  std::string details;
+  const Status shared = exchange_messages(own, codes, &details);
+  if (!shared.is_ok()) {
+    details = fmt::format(" (their messages could not be shared: {}{})", shared.message(),
+                          own.is_ok() ? "" : "; this rank: " + own.message());
+  }
+  return details;
+}
+
+Status StepTransaction::vote_ready(const Status& ready, int64_t next) {
+  std::vector<int32_t> codes;
   const Status vote =
       exchange_codes(ready.code(), "step: agreeing that every rank's reductions completed", &codes);
   if (!ready.is_ok()) return ready;
@@ -294,15 +305,18 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
         fmt::format("step {} (no optimizer ran here; master and state are unchanged)", next));
   }
   zrt_status_t first = ZRT_SUCCESS;
-  std::string failed = failed_ranks(codes, &first);
+  const std::string failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
     return Status::error(ZRT_REMOTE_ERROR,
                          "step {}: rank(s){} failed before the optimizer (reductions or usage); "
                          "no rank ran its optimizer, master and state are unchanged",
                          next, failed);
   }
+  return Status::ok();
+}
 
-  // Phase 2: optimize, then vote.
+Status StepTransaction::run_optimizer(zrt_optimizer_fn optimizer, void* user_data, int64_t next,
+                                      int* params_written) {
   const PartitionBuffers& buf = ctx_.buffers;
   zrt_optimizer_args_t args{};
   args.size = sizeof(args);
@@ -319,47 +333,54 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
   fill_param_spans();
   args.param_spans = param_spans_.data();
   args.num_param_spans = param_spans_.size();
-  int params_written = 0;
-  args.params_written = &params_written;
+  args.params_written = params_written;
   take_backup();  // what the fetches' shares did not copy
   clear_callback_message();
   const Status own = callback_result(optimizer(&args, user_data), "the optimizer callback");
-  const zrt_status_t code = own.code();
   backup_.invalidate();
-  const bool converted = code == ZRT_SUCCESS && params_written == 1;
-  const bool backed_up = buf.backup_master != nullptr;
-  const char* undo = backed_up ? "master and optimizer state were restored"
-                               : "step_backup is 0: master and optimizer state are as the "
-                                 "callbacks left them, reload a checkpoint";
+  return own;
+}
+
+Status StepTransaction::vote_optimized(const Status& own, bool params_written, int64_t next) {
+  const bool backed_up = ctx_.buffers.backup_master != nullptr;
+  const char* undo = undo_note(backed_up);
   // Rolled back after the optimizer wrote the parameters: they follow the restored master.
   auto roll_back = [&] {
     restore_backup();
-    if (backed_up && params_written != 0) rederive_params();
+    if (backed_up && params_written) rederive_params();
   };
+  std::vector<int32_t> codes;
   const Status voted =
-      exchange_codes(code, "step: agreeing that every rank's optimizer succeeded", &codes);
+      exchange_codes(own.code(), "step: agreeing that every rank's optimizer succeeded", &codes);
   if (!voted.is_ok()) {
     roll_back();
     return voted.with_context(
         fmt::format("step {} (this rank's optimizer {}; {} on this rank)", next,
-                    own.is_ok() ? "succeeded" : "failed: " + own.message(),
-                    backed_up ? "master and optimizer state were restored" : undo));
+                    own.is_ok() ? "succeeded" : "failed: " + own.message(), undo));
   }
-  failed = failed_ranks(codes, &first);
+  zrt_status_t first = ZRT_SUCCESS;
+  const std::string failed = failed_ranks(codes, &first);
   if (!failed.empty()) {
     roll_back();
-    std::string details;
-    const Status shared = exchange_messages(own, codes, &details);
-    if (!shared.is_ok()) {
-      details = fmt::format(" (their messages could not be shared: {}{})", shared.message(),
-                            own.is_ok() ? "" : "; this rank: " + own.message());
-    }
+    const std::string details = failure_details(own, codes);
     return Status::error(first,
                          "step {}: the optimizer callback failed on rank(s){}; {} on every "
                          "rank, parameters unchanged{}",
                          next, failed, undo, details);
   }
+  return Status::ok();
+}
 
+Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
+  if (offload_ != nullptr) return step_offloaded(optimizer, user_data);
+  const int64_t next = step_ + 1;
+  // Phase 1: prepare, then vote. Nothing has been written yet, whatever fails.
+  ZRT_RETURN_IF_ERROR(vote_ready(check_step_ready(), next));
+  // Phase 2: optimize, then vote.
+  int params_written = 0;
+  const Status own = run_optimizer(optimizer, user_data, next, &params_written);
+  const bool converted = own.code() == ZRT_SUCCESS && params_written == 1;
+  ZRT_RETURN_IF_ERROR(vote_optimized(own, params_written != 0, next));
   // Phase 3: publish. Every rank's optimizer succeeded.
   return commit(next, converted);
 }

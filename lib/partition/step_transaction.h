@@ -111,8 +111,30 @@ class StepTransaction {
  private:
   // wait_reductions false (offload): the usage checks only, the reductions still running.
   Status check_step_ready(bool wait_reductions = true);
+  // Vote 1 on this rank's `ready`: every rank prepared, or the step returns before any
+  // optimizer ran (this rank's own failure first, then the vote's, then the failing ranks).
+  Status vote_ready(const Status& ready, int64_t next);
+  // Phase 2's callback over the whole shard, after the rest of the backup's copy; its status.
+  // *params_written is the callback's answer (zrt_optimizer_args_t::params_written).
+  Status run_optimizer(zrt_optimizer_fn optimizer, void* user_data, int64_t next,
+                       int* params_written);
+  // Vote 2 on the callback's status `own`: any failure on any rank rolls this rank back (and
+  // re-derives the parameters the callback wrote) and names the failing ranks.
+  Status vote_optimized(const Status& own, bool params_written, int64_t next);
+  // What a failed step did to master and state, for its message.
+  static const char* undo_note(bool backed_up);
+  // After a vote with failures: " rank 1: ..." for each failing rank, or why the messages
+  // could not be shared.
+  std::string failure_details(const Status& own, const std::vector<int32_t>& codes);
   // offload_optimizer: the step as a pipeline over segments (step_offloaded.cc).
   Status step_offloaded(zrt_optimizer_fn optimizer, void* user_data);
+  // Its phase 2: the pipeline over segments (or the end of the one armed during backward),
+  // when `ready`; the first failure, `ready`'s included. *run is what the pipeline did.
+  Status run_offload_pipeline(const Status& ready, zrt_optimizer_fn optimizer, void* user_data,
+                              int64_t next, OffloadPipeline::Run* run);
+  // Its one vote, over the reductions, the copies and the callbacks (`local`, then run.code):
+  // any failure on any rank rolls back what this rank's pipeline changed.
+  Status vote_offloaded(const Status& local, const OffloadPipeline::Run& run, int64_t next);
   // Armed (step_in_backward.cc): segment s's gradient is on its way; the first call also
   // records backup_taken behind the rest of the backup's copy. Training thread.
   Status hand_over(int segment);
