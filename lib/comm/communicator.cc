@@ -174,6 +174,85 @@ Status Communicator::create(Bootstrap& bootstrap, const CommOptions& options,
   return Status::ok();
 }
 
+// What the exchanges of a split gathered, by old rank.
+struct Communicator::SplitExchange {
+  SplitRecord mine{};
+  std::vector<SplitRecord> records;
+  uint32_t longest = 0;            // the longest worker address
+  std::vector<uint8_t> addresses;  // every rank's, padded to `longest`
+
+  // The old ranks of `color`, ordered by (key, old rank).
+  std::vector<int> members(int color) const {
+    std::vector<int> result;
+    for (int old = 0; old < static_cast<int>(records.size()); ++old) {
+      if (records[old].color == color) result.push_back(old);
+    }
+    std::stable_sort(result.begin(), result.end(),
+                     [&](int a, int b) { return records[a].key < records[b].key; });
+    return result;
+  }
+  std::vector<uint8_t> address(int old) const {
+    const uint8_t* begin = addresses.data() + static_cast<size_t>(longest) * old;
+    return std::vector<uint8_t>(begin, begin + records[old].address_length);
+  }
+};
+
+Status Communicator::exchange_split_records(int color, int key,
+                                            const std::vector<uint8_t>& address,
+                                            SplitExchange* exchange) {
+  SplitRecord& mine = exchange->mine;
+  mine.color = color;
+  mine.key = key;
+  mine.host = host_hash();
+  mine.address_length = static_cast<uint32_t>(address.size());
+  exchange->records.resize(size_);
+  ZRT_RETURN_IF_ERROR(gather_internal(&mine, exchange->records.data(), sizeof(SplitRecord),
+                                      "split: exchanging colors"));
+  uint32_t longest = 0;
+  for (const SplitRecord& record : exchange->records) {
+    longest = std::max(longest, record.address_length);
+  }
+  exchange->longest = longest;
+  std::vector<uint8_t> padded(longest, 0);
+  std::copy(address.begin(), address.end(), padded.begin());
+  exchange->addresses.resize(static_cast<size_t>(longest) * size_);
+  if (longest > 0) {
+    ZRT_RETURN_IF_ERROR(gather_internal(padded.data(), exchange->addresses.data(), longest,
+                                        "split: exchanging worker addresses"));
+  }
+  return Status::ok();
+}
+
+void Communicator::place_split_child(const SplitExchange& exchange,
+                                     const std::vector<int>& members, Communicator* child) const {
+  const std::vector<SplitRecord>& records = exchange.records;
+  child->size_ = static_cast<int>(members.size());
+  child->local_size_ = 0;
+  child->host_processes_ = host_processes_;
+  child->host_cpus_ = host_cpus_;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == rank_) child->rank_ = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (records[members[i]].host != exchange.mine.host) continue;
+    if (static_cast<int>(i) == child->rank_) child->local_rank_ = child->local_size_;
+    ++child->local_size_;
+  }
+  if (child->local_size_ == child->size_ && peer_pids_.size() == static_cast<size_t>(size_)) {
+    for (int old : members) child->peer_pids_.push_back(peer_pids_[old]);  // every pair passed
+  }
+  if (child->local_size_ < child->size_) {
+    for (int old : members) {
+      child->host_ids_.push_back(records[old].host);
+      // A parent that spans hosts knows their names; one that does not cannot have a child
+      // that does.
+      if (host_names_.size() == static_cast<size_t>(size_)) {
+        child->host_names_.push_back(host_names_[old]);
+      }
+    }
+  }
+}
+
 // Split. Each rank that takes part makes its new UCX worker first, so that its address can
 // travel in the same exchange as its color and key. Two all-gathers on the parent's default
 // stream (in stream order with the caller's other collectives, as zrt.h promises): fixed-size
@@ -197,66 +276,21 @@ Status Communicator::split(int color, int key, const CommOptions& options,
     ZRT_RETURN_IF_ERROR(
         UcxWorker::create(transport_options(options, local_size_ < size_), &worker));
   }
-  SplitRecord mine{};
-  mine.color = color;
-  mine.key = key;
-  mine.host = host_hash();
-  mine.address_length = worker != nullptr ? static_cast<uint32_t>(worker->address().size()) : 0;
-  std::vector<SplitRecord> records(size_);
-  ZRT_RETURN_IF_ERROR(
-      gather_internal(&mine, records.data(), sizeof(SplitRecord), "split: exchanging colors"));
-  uint32_t longest = 0;
-  for (const SplitRecord& record : records) longest = std::max(longest, record.address_length);
-  std::vector<uint8_t> padded(longest, 0), addresses(static_cast<size_t>(longest) * size_);
-  if (worker != nullptr) {
-    std::memcpy(padded.data(), worker->address().data(), worker->address().size());
-  }
-  if (longest > 0) {
-    ZRT_RETURN_IF_ERROR(gather_internal(padded.data(), addresses.data(), longest,
-                                        "split: exchanging worker addresses"));
-  }
+  const std::vector<uint8_t> no_address;
+  SplitExchange exchange;
+  ZRT_RETURN_IF_ERROR(exchange_split_records(
+      color, key, worker != nullptr ? worker->address() : no_address, &exchange));
   if (color == ZRT_SPLIT_NOCOLOR) {
     communicator->reset();
     return Status::ok();
   }
 
-  std::vector<int> members;
-  for (int old = 0; old < size_; ++old) {
-    if (records[old].color == color) members.push_back(old);
-  }
-  std::stable_sort(members.begin(), members.end(),
-                   [&](int a, int b) { return records[a].key < records[b].key; });
+  const std::vector<int> members = exchange.members(color);
   std::unique_ptr<Communicator> child(new Communicator());
-  child->size_ = static_cast<int>(members.size());
   child->options_ = options;
-  std::vector<std::vector<uint8_t>> member_addresses(members.size());
-  child->local_size_ = 0;
-  child->host_processes_ = host_processes_;
-  child->host_cpus_ = host_cpus_;
-  for (size_t i = 0; i < members.size(); ++i) {
-    const int old = members[i];
-    if (old == rank_) child->rank_ = static_cast<int>(i);
-    const uint8_t* begin = addresses.data() + static_cast<size_t>(longest) * old;
-    member_addresses[i].assign(begin, begin + records[old].address_length);
-  }
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (records[members[i]].host != mine.host) continue;
-    if (static_cast<int>(i) == child->rank_) child->local_rank_ = child->local_size_;
-    ++child->local_size_;
-  }
-  if (child->local_size_ == child->size_ && peer_pids_.size() == static_cast<size_t>(size_)) {
-    for (int old : members) child->peer_pids_.push_back(peer_pids_[old]);  // every pair passed
-  }
-  if (child->local_size_ < child->size_) {
-    for (int old : members) {
-      child->host_ids_.push_back(records[old].host);
-      // A parent that spans hosts knows their names; one that does not cannot have a child
-      // that does.
-      if (host_names_.size() == static_cast<size_t>(size_)) {
-        child->host_names_.push_back(host_names_[old]);
-      }
-    }
-  }
+  place_split_child(exchange, members, child.get());
+  std::vector<std::vector<uint8_t>> member_addresses;
+  for (int old : members) member_addresses.push_back(exchange.address(old));
   ZRT_RETURN_IF_ERROR(wire_ucx_transport(
       std::move(worker), child->rank_, child->size_, member_addresses,
       transport_options(child->options_, local_size_ < size_), &child->transport_));

@@ -106,6 +106,13 @@ class Communicator {
   // EngineOptions::two_level_hosts from host_ids_ and ZRT_HIERARCHY, with the log line saying
   // which collectives run and why.
   int two_level_hosts() const;
+  // split's phases (communicator.cc): the two exchanges over this communicator, then the child's
+  // ranks, hosts and peers from what they gathered.
+  struct SplitExchange;
+  Status exchange_split_records(int color, int key, const std::vector<uint8_t>& address,
+                                SplitExchange* exchange);
+  void place_split_child(const SplitExchange& exchange, const std::vector<int>& members,
+                         Communicator* child) const;
 
   int rank_ = 0;
   int size_ = 1;

@@ -278,13 +278,30 @@ Status CudaStream::enqueue_collectives(int rank, int size, const CollectiveArgs*
   reap_counters();
   std::lock_guard<std::mutex> lock(enqueue_mutex_);
   cudaEvent_t start_event = nullptr;
-  ZRT_RETURN_IF_ERROR(take_event(&start_event));
-  Status recorded = cuda_status(cudaEventRecord(start_event, stream_), "cudaEventRecord");
+  ZRT_RETURN_IF_ERROR(record_start_event(&start_event));
+  Status status = enqueue_batch(rank, args, count);
+  if (!status.is_ok()) {
+    give_back_event(start_event);  // recorded, never waited on: reusable
+    // Argument mistakes leave the stream usable; anything else broke it.
+    if (status.code() != ZRT_INVALID_ARGUMENT) fail(status);
+    return status;
+  }
+  return count_when_done(start_event, rank, size, args, count);
+}
+
+Status CudaStream::record_start_event(cudaEvent_t* start_event) {
+  ZRT_RETURN_IF_ERROR(take_event(start_event));
+  Status recorded = cuda_status(cudaEventRecord(*start_event, stream_), "cudaEventRecord");
   if (!recorded.is_ok()) {
-    give_back_event(start_event);
+    give_back_event(*start_event);
     fail(recorded);
     return recorded;
   }
+  return Status::ok();
+}
+
+Status CudaStream::enqueue_batch(int rank, const CollectiveArgs* args, size_t count) {
+  NcclComm& nccl = *resources_.nccl;
   // Sends to and receives from the own rank never reach NCCL (a lone self-send would wait for
   // its receive forever): the send is remembered and its receive becomes a device copy, which
   // keeps stream order because both sit on this stream.
@@ -295,54 +312,51 @@ Status CudaStream::enqueue_collectives(int rank, int size, const CollectiveArgs*
     batch.clear();
     return status;
   };
-  Status status;
-  for (size_t i = 0; i < count && status.is_ok(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const CollectiveArgs& a = args[i];
     const bool self_p2p = (a.kind == ZRT_COLL_SEND || a.kind == ZRT_COLL_RECV) && a.peer == rank;
     if (!self_p2p) {
       batch.push_back(a);
       continue;
     }
-    status = flush();
-    if (!status.is_ok()) break;
-    const size_t bytes = a.count * dtype_size(a.dtype);
+    ZRT_RETURN_IF_ERROR(flush());
     if (a.kind == ZRT_COLL_SEND) {
-      self_sends_.push_back(SelfSend{a.sendbuf, bytes});
+      self_sends_.push_back(SelfSend{a.sendbuf, a.count * dtype_size(a.dtype)});
       continue;
     }
-    if (self_sends_.empty()) {
-      status = Status::invalid_usage(
-          "recv from own rank {} on CUDA stream {} has no earlier "
-          "send to own rank",
-          rank, index_);
-      break;
-    }
-    const SelfSend send = self_sends_.front();
-    self_sends_.pop_front();
-    if (send.bytes > bytes) {
-      status = Status::invalid_usage(
-          "send to own rank of {} bytes is longer than its receive "
-          "buffer ({} bytes)",
-          send.bytes, bytes);
-      break;
-    }
-    status = device_copy(send.buffer, a.recvbuf, send.bytes);
+    ZRT_RETURN_IF_ERROR(receive_from_self(rank, a));
   }
-  if (status.is_ok()) status = flush();
-  if (!status.is_ok()) {
-    give_back_event(start_event);  // recorded, never waited on: reusable
-    // Argument mistakes leave the stream usable; anything else broke it.
-    if (status.code() != ZRT_INVALID_ARGUMENT) fail(status);
-    return status;
-  }
+  return flush();
+}
 
+Status CudaStream::receive_from_self(int rank, const CollectiveArgs& recv) {
+  const size_t bytes = recv.count * dtype_size(recv.dtype);
+  if (self_sends_.empty()) {
+    return Status::invalid_usage(
+        "recv from own rank {} on CUDA stream {} has no earlier "
+        "send to own rank",
+        rank, index_);
+  }
+  const SelfSend send = self_sends_.front();
+  self_sends_.pop_front();
+  if (send.bytes > bytes) {
+    return Status::invalid_usage(
+        "send to own rank of {} bytes is longer than its receive "
+        "buffer ({} bytes)",
+        send.bytes, bytes);
+  }
+  return device_copy(send.buffer, recv.recvbuf, send.bytes);
+}
+
+Status CudaStream::count_when_done(cudaEvent_t start_event, int rank, int size,
+                                   const CollectiveArgs* args, size_t count) {
   // Counters count completed operations: timing events around the batch are reaped once the
   // stream has passed them (reap_counters), which also gives the device time of the batch. A
   // host function would count as exactly, but would stall the stream on the host each time.
   PendingCounts pending;
   pending.start = start_event;
   pending.end = nullptr;
-  status = take_event(&pending.end);
+  Status status = take_event(&pending.end);
   if (status.is_ok()) {
     status = cuda_status(cudaEventRecord(pending.end, stream_), "cudaEventRecord (counters)");
   }

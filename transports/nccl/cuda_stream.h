@@ -116,6 +116,16 @@ class CudaStream final : public DeviceStream {
     std::vector<Totals> totals;
   };
 
+  // enqueue_collectives' phases, under enqueue_mutex_: the timing event before the batch (a
+  // failure to record it fails the stream), the NCCL calls and own-rank copies, the counters.
+  Status record_start_event(cudaEvent_t* start_event);
+  Status enqueue_batch(int rank, const CollectiveArgs* args, size_t count);
+  // A receive from the own rank: a device copy from the oldest remembered send to it.
+  Status receive_from_self(int rank, const CollectiveArgs& recv);
+  // Queues the batch's counters for reap_counters, behind a timing event after the batch.
+  Status count_when_done(cudaEvent_t start_event, int rank, int size, const CollectiveArgs* args,
+                         size_t count);
+
   Status take_event(cudaEvent_t* event);  // a timing event, from the spares or new
   void give_back_event(cudaEvent_t event);
   // Adds the counters of every batch the device has finished (in order) to the engine's.

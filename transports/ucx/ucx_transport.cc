@@ -37,9 +37,10 @@ class UcxTransport;
 // How dead peers are detected: ZRT_UCX_ERR_MODE=hybrid (default) | peer | none.
 // UCX 1.13 on one host picks tcp only for endpoints in error mode PEER (shared memory and cma do
 // not qualify), and sysv/posix + cma (single copy) for mode NONE: 0.2-1.3 GB/s against
-// 2.2-3.9 GB/s here (bench_p2p). "hybrid" gets both: data moves on mode-NONE endpoints, and a
-// second, idle mode-PEER endpoint per peer (tcp, with keepalive) watches the peer's liveness; its
-// error callback fails everything outstanding with that peer. "peer" sends data on the PEER
+// 2.2-3.9 GB/s here (bench_p2p; measured: docs/MEASURED.md#collective-bandwidth-on-one-host).
+// "hybrid" gets both: data moves on mode-NONE endpoints, and a second, idle mode-PEER endpoint
+// per peer (tcp, with keepalive) watches the peer's liveness; its error callback fails
+// everything outstanding with that peer. "peer" sends data on the PEER
 // endpoints (slow, no second endpoint); "none" has no watcher, so a dead peer surfaces through
 // an error on a data endpoint (cma notices a gone process) or the engine's no-progress timeout.
 enum class ErrorMode { kHybrid, kPeer, kNone };
@@ -162,7 +163,7 @@ class UcxTransport final : public Transport {
         name_(options.name != nullptr ? options.name : "zrt"),
         endpoints_(size, nullptr),
         slots_(size),
-        peer_failed_(size),
+        failures_(size),
         last_heard_(size, Clock::now()) {}
 
   ~UcxTransport() override;
@@ -188,7 +189,7 @@ class UcxTransport final : public Transport {
   Clock::time_point last_heard(int peer) const override {
     return peer >= 0 && peer < size_ ? last_heard_[peer] : Clock::time_point{};
   }
-  Status health() const override { return health_; }
+  Status health() const override { return failures_.first; }
   void cancel_all(const Status& reason) override;
   void cancel_recv(TransportCompletion* completion, const Status& reason) override;
   Status alloc_registered(size_t bytes, void** buffer) override {
@@ -234,6 +235,22 @@ class UcxTransport final : public Transport {
   void close_endpoints();
   std::string capture_description();
 
+  // What the transport knows of failed peers.
+  struct PeerFailures {
+    explicit PeerFailures(int size) : of_peer(size) {}
+    std::vector<Status> of_peer;  // non-ok once the peer's endpoint reported an error
+    Status first;                 // the transport's health: ok until a peer fails
+    // A peer failed whose operations are not failed yet: progress() does it once the UCX call
+    // that reported the failure has returned.
+    bool unhandled = false;
+  };
+  // Where the transport is in its life.
+  struct Lifecycle {
+    bool wired = false;      // every endpoint exists (a failed wire-up must not say farewell)
+    bool cancelled = false;  // cancel_all ran: the owner gave up on this communicator
+    bool closing = false;    // farewell/close under way
+  };
+
   std::unique_ptr<UcxWorker> worker_;
   std::unique_ptr<UcxMemory> memory_;
   int rank_;
@@ -243,15 +260,11 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;
   std::vector<ucp_ep_h> endpoints_;
   std::vector<PeerSlot> slots_;
-  std::vector<Status> peer_failed_;            // non-ok once the peer's endpoint reported an error
+  PeerFailures failures_;
   std::vector<Clock::time_point> last_heard_;  // per peer: its last message's arrival
-  bool pending_peer_failure_ = false;
-  bool closing_ = false;    // farewell/close under way
-  bool cancelled_ = false;  // cancel_all ran: the owner gave up on this communicator
-  bool wired_ = false;      // every endpoint exists (a failed wire-up must not say farewell)
+  Lifecycle lifecycle_;
   ErrorMode error_mode_ = ErrorMode::kHybrid;
   std::vector<ucp_ep_h> watchers_;  // hybrid mode: idle error-mode-PEER endpoints
-  Status health_;
   UcxOp* acquire_op();
   void release_op(UcxOp* op);
   OpList outstanding_;
@@ -316,7 +329,7 @@ Status UcxTransport::wire(const std::vector<std::vector<uint8_t>>& addresses,
       ZRT_RETURN_IF_ERROR(create_endpoint(address, peer, true, &watchers_[peer]));
     }
   }
-  wired_ = true;
+  lifecycle_.wired = true;
   description_ = capture_description();
   ZRT_LOG_INFO("{}: ucx transport rank {}/{}: {}", name_, rank_, size_, description_);
   return Status::ok();
@@ -382,8 +395,8 @@ Status UcxTransport::check_post(const char* what, int peer, uint64_t tag, const 
 UcxOp* UcxTransport::begin_op(int peer, uint64_t tag, size_t bytes, bool is_recv,
                               TransportCompletion* completion) {
   *completion = TransportCompletion{};
-  if (!peer_failed_[peer].is_ok()) {
-    completion->status = peer_failed_[peer];
+  if (!failures_.of_peer[peer].is_ok()) {
+    completion->status = failures_.of_peer[peer];
     completion->done = true;
     return nullptr;
   }
@@ -520,8 +533,8 @@ void UcxTransport::complete(UcxOp* op, ucs_status_t status, size_t received) {
           "{}: recv from rank {} (tag {:#x}): the message is longer than the {}-byte receive "
           "buffer",
           name_, op->peer, op->tag, op->bytes);
-    } else if (!peer_failed_[op->peer].is_ok()) {
-      completion->status = peer_failed_[op->peer];
+    } else if (!failures_.of_peer[op->peer].is_ok()) {
+      completion->status = failures_.of_peer[op->peer];
     } else {
       completion->status =
           Status::error(ZRT_REMOTE_ERROR, "{}: {} rank {} ({} bytes) failed: {}", name_, what,
@@ -553,33 +566,34 @@ void UcxTransport::release_op(UcxOp* op) {
 }
 
 void UcxTransport::on_peer_error(int peer, ucs_status_t status) {
-  if (!peer_failed_[peer].is_ok()) return;
-  peer_failed_[peer] = Status::error(ZRT_REMOTE_ERROR, "{}: rank {} {} (ucx: {})", name_, peer,
-                                     peer_failure_words(status), ucs_status_string(status));
+  if (!failures_.of_peer[peer].is_ok()) return;
+  failures_.of_peer[peer] =
+      Status::error(ZRT_REMOTE_ERROR, "{}: rank {} {} (ucx: {})", name_, peer,
+                    peer_failure_words(status), ucs_status_string(status));
   // During teardown a peer that already holds every farewell closes its side; that is no news.
-  if (closing_) {
-    ZRT_LOG_DEBUG("{} (during teardown)", peer_failed_[peer].message());
+  if (lifecycle_.closing) {
+    ZRT_LOG_DEBUG("{} (during teardown)", failures_.of_peer[peer].message());
   } else {
-    ZRT_LOG_WARN("{}", peer_failed_[peer].message());
+    ZRT_LOG_WARN("{}", failures_.of_peer[peer].message());
   }
-  if (health_.is_ok()) health_ = peer_failed_[peer];
+  if (failures_.first.is_ok()) failures_.first = failures_.of_peer[peer];
   // Receives are posted on the worker, not on the endpoint, so UCX will not fail them (nor, in
   // hybrid mode, the sends on the data endpoint); do it after the progress call that delivered
   // this callback returns.
-  pending_peer_failure_ = true;
+  failures_.unhandled = true;
 }
 
 void UcxTransport::fail_failed_peers_receives() {
-  pending_peer_failure_ = false;
+  failures_.unhandled = false;
   std::vector<UcxOp*> doomed;
   for (UcxOp* op : outstanding_.snapshot()) {
-    if (!peer_failed_[op->peer].is_ok()) doomed.push_back(op);
+    if (!failures_.of_peer[op->peer].is_ok()) doomed.push_back(op);
   }
   for (UcxOp* op : doomed) {
     // An earlier cancel of this loop may have completed (and recycled) this one.
     if (!outstanding_.contains(op)) continue;
     op->has_reason = true;
-    op->reason = peer_failed_[op->peer];
+    op->reason = failures_.of_peer[op->peer];
     if (op->is_recv) {
       ucp_request_cancel(worker_->worker(), op->request);  // runs the callback before returning
     } else if (op->completion != nullptr && error_mode_ != ErrorMode::kPeer) {
@@ -596,7 +610,7 @@ void UcxTransport::fail_failed_peers_receives() {
 unsigned UcxTransport::progress() {
   completed_ = 0;
   ucp_worker_progress(worker_->worker());
-  if (pending_peer_failure_) fail_failed_peers_receives();
+  if (failures_.unhandled) fail_failed_peers_receives();
   return completed_;
 }
 
@@ -620,7 +634,7 @@ bool UcxTransport::has_attached_ops() const {
 }
 
 void UcxTransport::cancel_all(const Status& reason) {
-  cancelled_ = true;
+  lifecycle_.cancelled = true;
   const std::vector<UcxOp*> ops = outstanding_.snapshot();
   for (UcxOp* op : ops) {
     op->has_reason = true;
@@ -660,8 +674,10 @@ void UcxTransport::cancel_all(const Status& reason) {
 // already tearing down its transport (its engine stopped) and nobody can mistake the close for
 // a failure. Skipped when unhealthy; bounded by the timeout. Returns whether it completed.
 bool UcxTransport::farewell() {
-  closing_ = true;
-  if (size_ == 1 || !wired_ || !health_.is_ok() || cancelled_) return false;
+  lifecycle_.closing = true;
+  if (size_ == 1 || !lifecycle_.wired || !failures_.first.is_ok() || lifecycle_.cancelled) {
+    return false;
+  }
   std::vector<TransportCompletion> sends(size_), recvs(size_);
   std::vector<void*> requests;
   auto post = [&](bool is_recv, int peer) {
@@ -718,7 +734,7 @@ bool UcxTransport::farewell() {
       return false;
     }
     if (ucp_worker_progress(worker_->worker()) != 0) continue;
-    if (pending_peer_failure_) fail_failed_peers_receives();
+    if (failures_.unhandled) fail_failed_peers_receives();
     if (arm()) {
       pollfd fd{event_fd_, POLLIN, 0};
       poll(&fd, 1, 100);
@@ -739,7 +755,7 @@ void UcxTransport::close_endpoints() {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     // Flush-close (delivers what is in flight) to healthy peers; a failed peer cannot answer.
-    param.flags = (healthy && peer_failed_[peer].is_ok()) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = (healthy && failures_.of_peer[peer].is_ok()) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t request = ucp_ep_close_nbx(endpoints_[peer], &param);
     endpoints_[peer] = nullptr;
     if (UCS_PTR_IS_PTR(request)) closing.push_back(request);
