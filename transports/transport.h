@@ -18,6 +18,8 @@
 
 namespace zrt {
 
+class LauncherVariables;  // lib/core/launcher_variables.h
+
 class Bootstrap;
 
 // Tags carry kTagBits bits chosen by the caller; the transport adds the source rank itself, so
@@ -42,6 +44,9 @@ struct TransportOptions {
   // The job's ranks span hosts: messages below 256 KiB go eager rather than by
   // rendezvous, unless UCX_RNDV_THRESH says otherwise (transports/ucx/ucx_worker.cc says why).
   bool spans_hosts = false;
+  // The launcher variables (UCX_* among them) the communicator's settings took when they were
+  // loaded; nullptr = take a snapshot when the transport is created.
+  const LauncherVariables* launcher = nullptr;
 };
 
 // A registered allocation, as find_registered describes it.

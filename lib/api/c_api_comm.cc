@@ -151,7 +151,7 @@ zrt_status_t zrt_comm_init_env(const zrt_comm_config_t* config, zrt_comm_t* comm
     zrt::CommOptions options;
     ZRT_RETURN_IF_ERROR(zrt::resolve_comm_options(use, &options));
     zrt::EnvRanks ranks;
-    ZRT_RETURN_IF_ERROR(zrt::read_env_ranks(&ranks));
+    ZRT_RETURN_IF_ERROR(zrt::read_env_ranks(options.settings.launcher(), &ranks));
     std::unique_ptr<zrt::Bootstrap> bootstrap;
     ZRT_RETURN_IF_ERROR(zrt::create_store_bootstrap(ranks, options.timeout_ms, &bootstrap));
     std::unique_ptr<zrt::Communicator> impl;

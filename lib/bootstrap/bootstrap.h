@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "lib/core/launcher_variables.h"
 #include "lib/core/status.h"
 #include "zrt/zrt.h"
 
@@ -58,8 +59,11 @@ struct EnvRanks {
 // (MASTER_PORT - 1 for 65535). Every rank derives the same one from the same MASTER_PORT.
 int torchrun_store_port(int master_port);
 
-// Reads EnvRanks from the process environment. Errors name the malformed variable.
+// Reads EnvRanks from the process environment's launcher variables, taken at the call. Errors
+// name the malformed variable.
 Status read_env_ranks(EnvRanks* ranks);
+// The same from a snapshot already taken (Settings::launcher(), or a test's).
+Status read_env_ranks(const LauncherVariables& launcher, EnvRanks* ranks);
 
 // Bootstrap over the TCP rendezvous store (rank 0 serves it unless store_external).
 Status create_store_bootstrap(const EnvRanks& ranks, int64_t timeout_ms,

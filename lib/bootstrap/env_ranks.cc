@@ -6,7 +6,9 @@
 // them; otherwise they are left at -1 and the bootstrap derives them from host names. Parsing
 // is strict (whole-string decimal, no sign, no spaces): a malformed launcher environment is
 // reported by variable and value rather than guessed at. These are launcher variables, not
-// settings (lib/core/settings.h): they say who this process is, and zrt-run sets them.
+// settings (lib/core/settings.h): they say who this process is, and zrt-run sets them. Every one
+// is declared in the launcher-variable table (lib/core/launcher_variables.h) and read from one
+// snapshot of it.
 //
 // The store's port. ZRT_STORE_PORT when set (zrt-run sets it, and leaves MASTER_PORT to the
 // framework). Else MASTER_PORT, except under torchrun (TORCHELASTIC_RUN_ID set): there
@@ -19,7 +21,7 @@
 
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/bootstrap/job_identity.h"
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 
 namespace zrt {
 namespace {
@@ -40,8 +42,8 @@ constexpr Family kFamilies[] = {
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 
-std::optional<std::string> get(const char* name) {
-  const char* value = read_environment(name);
+std::optional<std::string> get(const LauncherVariables& launcher, const char* name) {
+  const char* value = launcher.value(name);
   if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
@@ -69,17 +71,18 @@ Status parse_int(const char* name, const std::string& text, int* value) {
 }
 
 // Reads an optional integer variable; *value is untouched when it is absent.
-Status read_optional_int(const char* name, bool* present, int* value) {
-  const std::optional<std::string> text = get(name);
+Status read_optional_int(const LauncherVariables& launcher, const char* name, bool* present,
+                         int* value) {
+  const std::optional<std::string> text = get(launcher, name);
   *present = text.has_value();
   if (!*present) return Status::ok();
   return parse_int(name, *text, value);
 }
 
-Status read_family(const Family& family, EnvRanks* ranks) {
+Status read_family(const LauncherVariables& launcher, const Family& family, EnvRanks* ranks) {
   bool present = false;
-  ZRT_RETURN_IF_ERROR(read_optional_int(family.rank, &present, &ranks->rank));
-  ZRT_RETURN_IF_ERROR(read_optional_int(family.size, &present, &ranks->size));
+  ZRT_RETURN_IF_ERROR(read_optional_int(launcher, family.rank, &present, &ranks->rank));
+  ZRT_RETURN_IF_ERROR(read_optional_int(launcher, family.size, &present, &ranks->size));
   if (!present) {
     return Status::invalid_argument("{} is set but {} is not", family.rank, family.size);
   }
@@ -93,8 +96,10 @@ Status read_family(const Family& family, EnvRanks* ranks) {
   bool has_local_size = false;
   int local_rank = -1;
   int local_size = -1;
-  ZRT_RETURN_IF_ERROR(read_optional_int(family.local_rank, &has_local_rank, &local_rank));
-  ZRT_RETURN_IF_ERROR(read_optional_int(family.local_size, &has_local_size, &local_size));
+  ZRT_RETURN_IF_ERROR(
+      read_optional_int(launcher, family.local_rank, &has_local_rank, &local_rank));
+  ZRT_RETURN_IF_ERROR(
+      read_optional_int(launcher, family.local_size, &has_local_size, &local_size));
   if (has_local_size && (local_size < 1 || local_size > ranks->size)) {
     return Status::invalid_argument("{}={} is not in 1..{}={}", family.local_size, local_size,
                                     family.size, ranks->size);
@@ -117,23 +122,23 @@ Status read_family(const Family& family, EnvRanks* ranks) {
   return Status::ok();
 }
 
-Status read_store_address(EnvRanks* ranks) {
-  ranks->under_torchrun = get("TORCHELASTIC_RUN_ID").has_value();
+Status read_store_address(const LauncherVariables& launcher, EnvRanks* ranks) {
+  ranks->under_torchrun = launcher.is_set("TORCHELASTIC_RUN_ID");
   const char* host_name = "ZRT_STORE_ADDR";
-  std::optional<std::string> host = get(host_name);
+  std::optional<std::string> host = get(launcher, host_name);
   if (!host) {
     host_name = "MASTER_ADDR";
-    host = get(host_name);
+    host = get(launcher, host_name);
   }
   if (host) {
     if (host->empty()) return Status::invalid_argument("{} is set but empty", host_name);
     ranks->store_host = *host;
   }
   const char* port_name = "ZRT_STORE_PORT";
-  std::optional<std::string> port = get(port_name);
+  std::optional<std::string> port = get(launcher, port_name);
   if (!port) {
     port_name = "MASTER_PORT";
-    port = get(port_name);
+    port = get(launcher, port_name);
   }
   if (port) {
     int value = 0;
@@ -156,6 +161,41 @@ Status read_store_address(EnvRanks* ranks) {
   return Status::ok();
 }
 
+// The job's identity (job_identity.h), at most 4096 bytes.
+Status read_job_identity(const LauncherVariables& launcher, EnvRanks* ranks) {
+  const JobIdentity identity = job_identity_from(launcher.lookup());
+  if (identity.token.size() > 4096) {
+    return Status::invalid_argument(
+        "the job identity from {} is {} bytes long; at most 4096 are "
+        "allowed",
+        identity.source.substr(0, identity.source.find('=')), identity.token.size());
+  }
+  ranks->job_token = identity.token;
+  ranks->job_source = identity.source;
+  return Status::ok();
+}
+
+// ZRT_STORE_EXTERNAL and ZRT_LAUNCHER_FD: what zrt-run tells its ranks about itself.
+Status read_launcher_links(const LauncherVariables& launcher, EnvRanks* ranks) {
+  const std::optional<std::string> external = get(launcher, "ZRT_STORE_EXTERNAL");
+  if (external) {
+    if (*external == "1") {
+      ranks->store_external = true;
+    } else if (*external != "0" && !external->empty()) {
+      return Status::invalid_argument("ZRT_STORE_EXTERNAL='{}' is not 0 or 1", *external);
+    }
+  }
+  const std::optional<std::string> launcher_fd = get(launcher, "ZRT_LAUNCHER_FD");
+  if (launcher_fd && !launcher_fd->empty()) {
+    ZRT_RETURN_IF_ERROR(parse_int("ZRT_LAUNCHER_FD", *launcher_fd, &ranks->launcher_fd));
+    if (ranks->launcher_fd < 0) {
+      return Status::invalid_argument("ZRT_LAUNCHER_FD={} is not a file descriptor",
+                                      ranks->launcher_fd);
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 int torchrun_store_port(int master_port) {
@@ -164,40 +204,22 @@ int torchrun_store_port(int master_port) {
 
 Status read_env_ranks(EnvRanks* ranks) {
   if (ranks == nullptr) return Status::invalid_argument("read_env_ranks: ranks is null");
+  return read_env_ranks(LauncherVariables::load(), ranks);
+}
+
+Status read_env_ranks(const LauncherVariables& launcher, EnvRanks* ranks) {
+  if (ranks == nullptr) return Status::invalid_argument("read_env_ranks: ranks is null");
   EnvRanks result;
   result.source = "default";
   for (const Family& family : kFamilies) {
-    if (read_environment(family.rank) == nullptr) continue;
+    if (!launcher.is_set(family.rank)) continue;
     result.source = family.source;
-    ZRT_RETURN_IF_ERROR(read_family(family, &result));
+    ZRT_RETURN_IF_ERROR(read_family(launcher, family, &result));
     break;
   }
-  ZRT_RETURN_IF_ERROR(read_store_address(&result));
-  const JobIdentity identity = job_identity_from(read_environment);
-  if (identity.token.size() > 4096) {
-    return Status::invalid_argument(
-        "the job identity from {} is {} bytes long; at most 4096 are "
-        "allowed",
-        identity.source.substr(0, identity.source.find('=')), identity.token.size());
-  }
-  result.job_token = identity.token;
-  result.job_source = identity.source;
-  const std::optional<std::string> external = get("ZRT_STORE_EXTERNAL");
-  if (external) {
-    if (*external == "1") {
-      result.store_external = true;
-    } else if (*external != "0" && !external->empty()) {
-      return Status::invalid_argument("ZRT_STORE_EXTERNAL='{}' is not 0 or 1", *external);
-    }
-  }
-  const std::optional<std::string> launcher_fd = get("ZRT_LAUNCHER_FD");
-  if (launcher_fd && !launcher_fd->empty()) {
-    ZRT_RETURN_IF_ERROR(parse_int("ZRT_LAUNCHER_FD", *launcher_fd, &result.launcher_fd));
-    if (result.launcher_fd < 0) {
-      return Status::invalid_argument("ZRT_LAUNCHER_FD={} is not a file descriptor",
-                                      result.launcher_fd);
-    }
-  }
+  ZRT_RETURN_IF_ERROR(read_store_address(launcher, &result));
+  ZRT_RETURN_IF_ERROR(read_job_identity(launcher, &result));
+  ZRT_RETURN_IF_ERROR(read_launcher_links(launcher, &result));
   *ranks = std::move(result);
   return Status::ok();
 }

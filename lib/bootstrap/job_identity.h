@@ -18,7 +18,9 @@ struct JobIdentity {
   std::string source;  // for messages: "ZRT_JOB_TOKEN", "SLURM_JOB_ID=12.0", ...; "" = none
 };
 
-// `lookup` returns a variable's value or nullptr (read_environment in production).
+// `lookup` returns a variable's value or nullptr: in the library a LauncherVariables snapshot's
+// lookup() (lib/core/launcher_variables.h, which declares every variable read here), in tests
+// a map.
 JobIdentity job_identity_from(const std::function<const char*(const char*)>& lookup);
 
 // A short stable fingerprint of a token, for messages that must not reveal a secret token.

@@ -18,7 +18,7 @@
 
 #include "lib/checkpoint/checksum.h"
 #include "lib/checkpoint/file_io.h"
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "lib/core/log.h"
 
 namespace zrt {
@@ -55,11 +55,12 @@ uint64_t start_ticks_of(int64_t pid) {
 
 // The job this process belongs to, as a launcher names it; never the secret job token itself.
 std::string job_name() {
+  const LauncherVariables launcher = LauncherVariables::load();
   for (const char* name : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-    const char* value = read_environment(name);
+    const char* value = launcher.value(name);
     if (value != nullptr && *value != '\0') return fmt::format("{}={}", name, value);
   }
-  const char* token = read_environment("ZRT_JOB_TOKEN");
+  const char* token = launcher.value("ZRT_JOB_TOKEN");
   if (token != nullptr && *token != '\0') {
     return fmt::format("zrt-run job {}",
                        checksum_to_hex(checksum_of(token, std::strlen(token))).substr(0, 8));

@@ -7,7 +7,6 @@
 
 #include "lib/comm/communicator.h"
 #include "lib/comm/device_support.h"
-#include "lib/core/environment.h"
 #include "zrt_build_config.h"
 
 #if ZRT_HAVE_NCCL_BUILD
@@ -67,7 +66,8 @@ Status Communicator::device(std::shared_ptr<DeviceContext>* context) {
   options.rank = rank_;
   options.size = size_;
   options.local_rank = local_rank_;
-  options.device_from_local_rank = read_environment("ZRT_LOCAL_RANK") != nullptr;
+  // As the environment was when the communicator's settings were loaded.
+  options.device_from_local_rank = options_.settings.launcher().is_set("ZRT_LOCAL_RANK");
   options.timeout_ms = options_.timeout_ms;
   options.name = options_.name;
   HostAllgather allgather = [this](const void* input, void* output, size_t bytes) -> Status {

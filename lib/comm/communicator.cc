@@ -25,6 +25,7 @@ TransportOptions transport_options(const CommOptions& options, bool spans_hosts)
   result.timeout_ms = options.timeout_ms;
   result.name = options.name.c_str();  // the transport copies it
   result.error_mode = options.settings.text(SettingId::kUcxErrMode).c_str();
+  result.launcher = &options.settings.launcher();
   return result;
 }
 

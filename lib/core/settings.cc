@@ -283,7 +283,9 @@ Settings::Settings() {
 }
 
 Status Settings::load(Settings* settings) {
-  return load(read_environment, settings);
+  ZRT_RETURN_IF_ERROR(load(read_environment, settings));
+  settings->launcher_ = LauncherVariables::load();
+  return Status::ok();
 }
 
 Status Settings::load(const EnvironmentLookup& lookup, Settings* settings) {
@@ -309,7 +311,10 @@ std::string Settings::describe() const {
 
 void log_settings_once(const Settings& settings) {
   static std::once_flag once;
-  std::call_once(once, [&settings] { ZRT_LOG_INFO("settings: {}", settings.describe()); });
+  std::call_once(once, [&settings] {
+    ZRT_LOG_INFO("settings: {}", settings.describe());
+    ZRT_LOG_INFO("launcher variables: {}", settings.launcher().describe());
+  });
 }
 
 AllReduceAlgorithm all_reduce_algorithm(const std::string& name) {

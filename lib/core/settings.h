@@ -1,6 +1,7 @@
 // The settings registry: every ZRT_* environment setting, declared once in one table (name,
 // type, default, what it accepts, one line of doc; the table is in settings.cc), read through
-// read_environment() and checked as a whole.
+// read_environment() and checked as a whole. Loading them also takes the snapshot of the launcher
+// variables (lib/core/launcher_variables.h), the registry's companion table, at the same moment.
 //
 // The policy is the same for every setting: unset or empty means the default; any other value
 // the setting does not accept is ZRT_INVALID_ARGUMENT when a communicator is created (or a tool
@@ -17,6 +18,8 @@
 #include <span>
 #include <string>
 
+#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "lib/core/status.h"
 
 namespace zrt {
@@ -87,16 +90,15 @@ Status parse_setting(const SettingSpec& spec, const char* text, SettingValue* va
 // resolves one option by itself when no communicator gave it (a bare engine or transport).
 Status load_setting(SettingId id, SettingValue* value);
 
-// Returns a variable's value or nullptr when it is unset (read_environment, or a test's map).
-using EnvironmentLookup = std::function<const char*(const char* name)>;
-
 // Every setting's value. Default-constructed: every default.
 class Settings {
  public:
   Settings();
 
-  // Reads and checks every setting; the first unaccepted value is the error.
-  static Status load(Settings* settings);  // from the process environment
+  // Reads and checks every setting; the first unaccepted value is the error, and leaves
+  // *settings as it was. From the process environment, with a snapshot of its launcher
+  // variables; from `lookup`, with none (a lookup cannot list a prefix family).
+  static Status load(Settings* settings);
   static Status load(const EnvironmentLookup& lookup, Settings* settings);
 
   const SettingValue& value(SettingId id) const { return values_[static_cast<size_t>(id)]; }
@@ -107,11 +109,16 @@ class Settings {
   // "ZRT_LOG=info (environment), ZRT_TIMEOUT=60 (default), ...", in table order.
   std::string describe() const;
 
+  // The launcher variables set when the settings were loaded from the process environment.
+  const LauncherVariables& launcher() const { return launcher_; }
+
  private:
   std::array<SettingValue, kSettingCount> values_;
+  LauncherVariables launcher_;
 };
 
-// Logs settings.describe() at info level, once per process (the first communicator's).
+// Logs settings.describe() and settings.launcher().describe() at info level, once per process
+// (the first communicator's).
 void log_settings_once(const Settings& settings);
 
 // A ZRT_ALGO name (SettingValue::text) as the all-reduce algorithm to run (kAuto: chosen by size

@@ -45,7 +45,7 @@ uint64_t TickClock::read() const {
 
 // Both clocks at one moment: the counter's midpoint around a steady_clock read, the narrowest of
 // a few tries. A pair that a preemption split (tens of microseconds under a sanitizer on a loaded
-// machine) made the first rate wrong by 70 %.
+// machine) made the first rate wrong by 70 % (docs/ARCHITECTURE.md#measured-costs).
 TickClock::Pair TickClock::read_pair() const {
   Pair best;
   uint64_t best_width = UINT64_MAX;

@@ -2,7 +2,8 @@
 // inline path of small collectives (lib/engine/inline_run.cc), whose every call timestamps its
 // start and end for the flight recorder and the busy counters. clock_gettime through the vDSO
 // took 26 ns a read on the development machine (a KVM guest), rdtsc 10: two reads a call were a
-// tenth of an 8-byte all-reduce. UCX's own clock (ucs_get_time) reads the counter the same way.
+// tenth of an 8-byte all-reduce (docs/ARCHITECTURE.md#measured-costs). UCX's own clock
+// (ucs_get_time) reads the counter the same way.
 //
 // The counter runs at a constant rate (the invariant TSC; elsewhere every read is steady_clock's).
 // The clock converts it from an anchor, a pair of readings of both clocks, with a rate measured

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "tools/common/svg_plot.h"
 #include "tools/zrt-bench/bench_options.h"
 #include "tools/zrt-bench/bench_report.h"
@@ -22,8 +22,9 @@ constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitWrong = 3;
 // Before the communicator exists the rank is only known from the launcher's environment; the
 // other ranks stay quiet so that a usage error prints once.
 bool env_says_rank0() {
+  const zrt::LauncherVariables launcher = zrt::LauncherVariables::load();
   for (const char* name : {"ZRT_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    const char* value = zrt::read_environment(name);
+    const char* value = launcher.value(name);
     if (value != nullptr) return std::atoi(value) == 0;
   }
   return true;

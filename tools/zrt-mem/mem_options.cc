@@ -6,7 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "lib/core/dtype.h"
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "tools/common/json_file.h"
 #include "tools/common/units.h"
 
@@ -139,7 +139,8 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
 
   MemRequest& req = command->request;
   if (ranks == 0) {
-    const char* env = read_environment("WORLD_SIZE");
+    const LauncherVariables launcher = LauncherVariables::load();
+    const char* env = launcher.value("WORLD_SIZE");
     if (env == nullptr || std::atoi(env) < 1) {
       return Status::invalid_argument("--ranks: how many data-parallel ranks? (e.g. --ranks 64)");
     }

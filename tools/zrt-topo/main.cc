@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "tools/common/binding.h"
 #include "tools/common/table.h"
 #include "tools/common/topology.h"
@@ -152,7 +152,8 @@ int run(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (ranks == 0) {
-    const char* env = read_environment("LOCAL_WORLD_SIZE");
+    const LauncherVariables launcher = LauncherVariables::load();
+    const char* env = launcher.value("LOCAL_WORLD_SIZE");
     ranks = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 1;
   }
   if (!topology_supported()) {

@@ -17,11 +17,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "lib/core/environment.h"
 #include "lib/engine/stream_resources.h"
 #include "tools/common/svg_plot.h"
 #include "tools/common/units.h"
-
-extern char** environ;
 
 namespace zrt::tune {
 namespace {
@@ -74,10 +73,9 @@ Status find_tool(const std::string& given, const std::string& name, std::string*
 // forced table), stdout to /dev/null, stderr inherited.
 Status run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   std::vector<std::string> environment;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
+  for (std::string& entry : environment_entries()) {
     if (entry.rfind("ZRT_ALGO=", 0) == 0 || entry.rfind("ZRT_ALGO_TABLE=", 0) == 0) continue;
-    environment.push_back(entry);
+    environment.push_back(std::move(entry));
   }
   environment.insert(environment.end(), env.begin(), env.end());
   std::vector<char*> args, envp;

@@ -2,16 +2,16 @@
 
 #include <string>
 
-#include "lib/core/environment.h"
+#include "lib/core/launcher_variables.h"
 #include "lib/core/log.h"
 
 namespace zrt {
 namespace {
 
 // Sets a UCX variable in `config` unless the user set it in the environment (theirs wins).
-void set_default(ucp_config_t* config, const char* name, const char* value) {
-  const std::string env_name = std::string("UCX_") + name;
-  if (read_environment(env_name.c_str()) != nullptr) return;
+void set_default(const LauncherVariables& launcher, ucp_config_t* config, const char* name,
+                 const char* value) {
+  if (launcher.is_set(std::string("UCX_") + name)) return;
   ucs_status_t status = ucp_config_modify(config, name, value);
   if (status != UCS_OK) {
     ZRT_LOG_DEBUG("ucx: could not set {}={}: {}", name, value, ucs_status_string(status));
@@ -33,22 +33,25 @@ Status UcxWorker::create(const TransportOptions& options, std::unique_ptr<UcxWor
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return ucx_status(ZRT_SYSTEM_ERROR, "ucp_config_read", status);
+  // The UCX_* variables of the communicator's snapshot (its settings took it once), else now.
+  const LauncherVariables taken_now =
+      options.launcher != nullptr ? LauncherVariables() : LauncherVariables::load();
+  const LauncherVariables& launcher = options.launcher != nullptr ? *options.launcher : taken_now;
   // The liveness endpoints (see ucx_transport.cc, error modes) rely on keepalive when a peer
   // hangs without closing its sockets; UCX's 20 s default would take a third of zrt's default
   // timeout, 1 s costs one tiny message per peer per second.
-  set_default(config, "KEEPALIVE_INTERVAL", "1s");
+  set_default(launcher, config, "KEEPALIVE_INTERVAL", "1s");
   // UCX's posix shared memory names a file in /dev/shm and writes it through before unlinking
   // it (uct_posix_test_mem), so a process killed in between leaves the file behind; sysv carries
   // the same messages through segments removed as soon as they are attached (IPC_RMID), which
   // vanish with their last process. Everything else stays UCX's choice.
-  set_default(config, "TLS", "^posix");
-  // UCX 1.13's rendezvous over tcp moves 64 KiB messages at 0.175 GB/s a direction between two
-  // simulated hosts where eager moves 0.51 (256 KiB: 0.40 against 0.56; equal from 1 MiB up;
-  // bench/multihost/compare.py's tag_bw reference), and it took the two-level collectives' 256 KiB
-  // cells to 1.5-1.75x eager's time (docs/MEASURED.md, "Across hosts"). The threshold is one
-  // for every transport in 1.13, so it is set only where the job crosses hosts; rendezvous stays
-  // above it, where an unexpected message would otherwise be buffered whole.
-  if (options.spans_hosts) set_default(config, "RNDV_THRESH", kSpanningEagerLimit);
+  set_default(launcher, config, "TLS", "^posix");
+  // UCX 1.13's rendezvous over tcp moves 64 and 256 KiB messages between hosts well below
+  // eager's rate, and it slowed the two-level collectives' 256 KiB cells by about half again
+  // (the figures: docs/MEASURED.md#the-order-checker-and-ucxs-rendezvous-across-hosts). The
+  // threshold is one for every transport in 1.13, so it is set only where the job crosses hosts;
+  // rendezvous stays above it, where an unexpected message would otherwise be buffered whole.
+  if (options.spans_hosts) set_default(launcher, config, "RNDV_THRESH", kSpanningEagerLimit);
 
   ucp_params_t params{};
   params.field_mask =
