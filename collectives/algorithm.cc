@@ -39,48 +39,18 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      "arenas, then copies the peers' reduced blocks"},
 };
 
-// Crossovers measured on the development machine (2 cores, one host; `zrt-tune --algorithms`,
-// then one-shot against the ring forced by ZRT_ALGO, interleaved, at 256 KiB - 4 MiB). One-shot
-// through the mapped arenas (one host only; elsewhere, and where a rank's deposit exceeds the
-// 1 MiB arena slot, these rows are passed over) at the rank counts measured (2 and 4 timed, 8
-// tested; each rank reads all N - 1 peers' inputs): all-gather copies, and reductions add in
-// the order of the algorithm one-shot stands in for (the ring's, or the direct all-reduce's
-// where that one runs), so the choice never changes a result's bits. Its reduce-scatter and
-// all-reduce beat the ring up to 1 MiB (deposit = input); its all-gather up to a 512 KiB block
-// (1 MiB at N = 2, 2 MiB at N = 4: 44 and 160-310 us against the ring's 80-170 and 470-650);
-// with 1 MiB blocks it lost at N = 2 (230-290 us against 100-200) and tied at N = 4. Direct
-// exchange up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging (64 ranks),
-// ring otherwise. Re-measured on a second machine of the same shape (2 cores, 4 MiB L2 a core),
-// the all-reduce's one-shot against the ring, 2 interleaved rounds, us out of place / in
-// place: N = 2 (bound) 512 KiB 64/59-61 against 65-79/58, 1 MiB 193-201/151-156 against
-// 147-156/118-122; N = 3 128 KiB 43-44/36-39 against 57-61/57-60, 256 KiB 87-118/77-88 against
-// 82-88/77-80; N = 4 128 KiB 69-74/64-65 against 72-74/65-74, 256 KiB 163-164/147-149 against
-// 101-106/88-96; N = 8 256 KiB 429-469/413-446 against 468-579/441-572, 512 KiB 1007-1034/893-975
-// against 739-749/572-678. The cma all-gather (one host, where the ranks may read each other's
-// memory; elsewhere its rows are passed over and the next match runs), against one-shot and the
-// ring at N = 2, bound, 2 interleaved rounds, us out of place / in place: 16 KiB 1.65/1.56 against
-// one-shot's 1.99/1.90 (8 KiB: 1.51/1.42 against 1.31/1.22); 1 MiB 36/19 against 75/48; 4 MiB
-// 265-307/183-188 against the ring's 387-389/306-313; 32 MiB 2890-2940/1690-1700 against
-// 3340-3360/2570-2640; at 64 MiB out of place the ring won (7870 against 9680). At N = 4 on 2
-// cores cma's wait for its readers costs more than the copy it saves up to a 1 MiB block: at
-// 4 MiB one-shot took 800/760, cma 1250/850 and the ring 1460/1260.
-// Two-shot (each rank reduces its block of the peers' deposits, then copies their reduced
-// blocks) against one-shot and the ring, release build, 1-2 interleaved rounds, us out of place
-// / in place: N = 2 (bound) 32 KiB 7.7-8.2/7.9-8.2 against one-shot's 8.4-9.9/7.9-8.0, 128 KiB
-// 17/18-19 against 21-22/21-22, 512 KiB 75-77/67-69 against 89-92/72-78 and the ring's
-// 81-83/76-78, 1 MiB 198/163-165 against the ring's 198-200/153-156; N = 3 32 KiB 15-20/15-16
-// against 15-46/14-15, 64 KiB 22-23/22-23 against 23-24/24-25, 256 KiB 89-119/75-76 against the
-// ring's 98-104/87-90, 1 MiB 446-491/385-417 against 473-489/440; N = 4 16 KiB 12-18/11-16
-// against 14-17/12-17, 64 KiB 23-33/22-28 against 40-46/39-40, 256 KiB 91-149/77-117 against
-// the ring's 126-196/118-151, 1 MiB 460-479/422-517 against 506-526/468-501; N = 8 8 KiB 42/40
-// against 25/24, 16 KiB 27/27 against 31/31, 256 KiB 414/331 against the ring's 540/629, 1 MiB
-// 1211/1416 against 1419/1951.
-// Across hosts (2 simulated hosts x 2 ranks, tcp between network namespaces, two-level rings;
-// bench/multihost/compare.py's zrt-bench sweep with ZRT_ALGO forced, 3 interleaved rounds, us,
-// medians): the direct all-reduce sends every input whole to every other rank, N - L of them
-// over the network, and lost from 16 KiB up: 207 against the ring's 195 at 16 KiB, 366 against
-// 254 at 64 KiB (Open MPI ob1: 156 and 203-236). Below, the three were within noise of each
-// other (16 B - 4 KiB: direct 147-182, ring 160-179, rd 143-188), and direct keeps one round.
+// The crossovers were measured on the development machine (2 cores, one host) by `zrt-tune
+// --algorithms` and by one algorithm against another forced with ZRT_ALGO, interleaved; the
+// figures are in docs/MEASURED.md#the-built-in-table. One-shot and two-shot run through the
+// mapped arenas on one host only; elsewhere, and where a rank's deposit exceeds the 1 MiB arena
+// slot, their rows are passed over. Their all-gather copies, and their reductions add in the
+// order of the algorithm they stand in for (the ring's, or the direct all-reduce's where that
+// one runs), so the choice never changes a result's bits. The cma all-gather needs ranks that
+// may read each other's memory; elsewhere its rows are passed over and the next match runs. The
+// direct all-reduce runs up to 64 KiB while N inputs of that size fit the stream's 4 MiB staging
+// (64 ranks). Across hosts it sends every input whole over the network and lost to the ring from
+// 16 KiB up; below, direct, ring and rd were within noise of each other, and direct keeps one
+// round.
 constexpr const char* kBuiltinTable = R"(
 # op              ranks  hosts  bytes   algorithm
 all_reduce        2-7    1      0-32K   oneshot
@@ -345,7 +315,8 @@ std::string AlgorithmTable::format() const {
 const char* choose_algorithm(std::string_view forced, const AlgorithmTable* table, TableOp op,
                              int ranks, uint64_t bytes, Unavailable unavailable, int hosts) {
   // Most calls force nothing: the scan compared "auto" with every name of the op, a strlen each,
-  // on the path of every small collective (perf: 2.4% of an 8-byte all-reduce's samples).
+  // on the path of every small collective (perf: 2.4% of an 8-byte all-reduce's samples;
+  // docs/ARCHITECTURE.md#measured-costs).
   const bool forces = !forced.empty() && forced != "auto";
   for (const AlgorithmInfo& info : kAlgorithms) {
     if (forces && info.op == op && forced == info.name && !unavailable.has(forced)) {

@@ -3,8 +3,8 @@
 // cma the call can run; for a given rank count, forced algorithm and table it is constant between
 // the table's row boundaries. The plan evaluates choose_algorithm once per interval between
 // boundaries and answers a call with an enum from a short scan of integer bounds: resolving each
-// call from the table compared algorithm names as strings, about a tenth of an 8-byte
-// all-reduce's time on the submitting thread (perf).
+// call from the table compared algorithm names as strings, a visible share of an 8-byte
+// all-reduce's time on the submitting thread (perf; measured: docs/ARCHITECTURE.md#measured-costs).
 #pragma once
 
 #include <array>

@@ -196,9 +196,9 @@ Status check_convert_args(zrt_dtype_t from, zrt_dtype_t to) {
 }
 
 // A sum of a few elements without scales (a vote, a norm, an 8-byte all-reduce): the kernel
-// table's dispatch and its vector prologue cost more than the additions (a tenth of an 8-byte
-// all-reduce's time, measured). The same IEEE additions elementwise give the kernels' bits;
-// integers add modulo 2^n as the vector units do.
+// table's dispatch and its vector prologue cost more than the additions (a visible share of an
+// 8-byte all-reduce's time; measured: docs/ARCHITECTURE.md#measured-costs). The same IEEE
+// additions elementwise give the kernels' bits; integers add modulo 2^n as the vector units do.
 namespace {
 
 template <typename T, typename Wide = T>

@@ -65,9 +65,8 @@ extern "C" {
 /* The magic of every config struct; a config struct without it is refused. */
 #define ZRT_CONFIG_MAGIC 0x7a72u /* "zr" */
 
-/* The enums below are C enums: a C caller may pass any int, and zrt checks it. In C++, a value
- * beyond an enum's enumerators is undefined unless the enum has a fixed underlying type, so C++
- * sees them with int, the type their values already promote to (same size and ABI). */
+/* The enums below are C enums: a C caller may pass any int, and zrt checks it. C++ sees them
+ * with the underlying type int (same size and ABI; docs/API.md, "Enums", says why). */
 #ifdef __cplusplus
 #define ZRT_ENUM_TYPE : int
 #else
@@ -269,11 +268,10 @@ ZRT_API zrt_status_t zrt_comm_get_error(zrt_comm_t comm);
 /* ---------------------------------------------------------------------------------------------
  * Registered memory
  *
- * Host buffers that the communicator's peers on this host can map (shared memory zrt allocates,
- * as it does its own arenas). Collectives take them like any host buffer; an all-gather whose
- * sendbuf lies in one is read by the peers through their mapping of it, a plain copy, instead
- * of a kernel copy that pins the pages on every call (docs/ARCHITECTURE.md, "The cma
- * all-gather"; README has the figures).
+ * Host buffers that the communicator's peers on this host can map (shared memory zrt
+ * allocates). Collectives take them like any host buffer, with the same results; an all-gather
+ * whose sendbuf lies in one is read by the peers through their mapping of it (docs/API.md,
+ * "Registered memory", says when that pays).
  * ------------------------------------------------------------------------------------------- */
 
 /* Allocates `bytes` of registered host memory, page-aligned, zeroed and already touched, in
@@ -283,9 +281,9 @@ ZRT_API zrt_status_t zrt_comm_get_error(zrt_comm_t comm);
 ZRT_API zrt_status_t zrt_mem_alloc(zrt_comm_t comm, size_t bytes, void** buffer);
 
 /* Frees a buffer of zrt_mem_alloc on the same comm; NULL is accepted. No enqueued work may still
- * use it. A peer that mapped it keeps its pages alive until it next reads this rank by cma on
- * that stream (an all-gather at N = 2, see docs/API.md), or that stream's end. Local;
- * thread-safe. Errors: ZRT_INVALID_ARGUMENT (not a live buffer of zrt_mem_alloc on comm). */
+ * use it. A peer that mapped it may keep its pages alive for a while (docs/API.md, "Registered
+ * memory"). Local; thread-safe. Errors: ZRT_INVALID_ARGUMENT (not a live buffer of
+ * zrt_mem_alloc on comm). */
 ZRT_API zrt_status_t zrt_mem_free(zrt_comm_t comm, void* buffer);
 
 /* The bytes comm's live zrt_mem_alloc buffers hold, in whole pages. Local; thread-safe. */
@@ -306,12 +304,10 @@ typedef struct zrt_event* zrt_event_t;
 
 /* Creates a stream for buffers of memory kind `kind`. Local (ZRT_MEM_CUDA: the communicator's
  * first CUDA stream is collective, see the CUDA section). A communicator holds at most 1024
- * live streams. A host stream's staging memory is taken at its first collective (a pooled 4 MiB
- * scratch while it runs collectives, plus its own 2 MiB window inbox and, on one host, for the
- * communicator's first 4 streams, its 2 MiB one-shot arena at its first small collective), so
- * that collective may fail with ZRT_OUT_OF_MEMORY. Errors: ZRT_INVALID_ARGUMENT (kind),
- * ZRT_INVALID_USAGE (1024 live streams already), ZRT_UNSUPPORTED (kind not built in, no usable
- * device). */
+ * live streams. A host stream takes its staging memory at its first collective (how much:
+ * docs/API.md, "Stream memory"), so that collective may fail with ZRT_OUT_OF_MEMORY. Errors:
+ * ZRT_INVALID_ARGUMENT (kind), ZRT_INVALID_USAGE (1024 live streams already), ZRT_UNSUPPORTED
+ * (kind not built in, no usable device). */
 ZRT_API zrt_status_t zrt_stream_create(zrt_comm_t comm, zrt_mem_kind_t kind, zrt_stream_t* stream);
 
 /* Waits for the stream's work, then destroys it; on a failed stream, until zrt no longer
@@ -350,11 +346,11 @@ ZRT_API zrt_status_t zrt_event_synchronize(zrt_event_t event);
 /* ---------------------------------------------------------------------------------------------
  * Collectives and point-to-point
  *
- * Enqueued on `stream` (NULL = the default stream); they return at once, and the stream (or an
- * event recorded after the call) reports their completion. On one host a small collective on an
- * idle host stream runs in the call itself for at most about 200 us (4 x the bounded poll),
- * completing there when its peers are there too, else continuing on the progress thread; the
- * buffers' rules are the same either way. Counts are in elements of dtype.
+ * Enqueued on `stream` (NULL = the default stream); they return without waiting for their
+ * completion, which the stream (or an event recorded after the call) reports. A small
+ * collective on an idle host stream may first run for a bounded time in the call itself, and
+ * complete there (docs/API.md, "Small collectives in the call"); the buffers' rules are the
+ * same either way. Counts are in elements of dtype.
  * Buffers follow NCCL's conventions:
  *  - reduce_scatter: sendbuf holds size * recvcount elements, recvbuf recvcount; in place when
  *    recvbuf == sendbuf + rank * recvcount.
@@ -783,10 +779,10 @@ typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void*
  * with the message of zrt_callback_error, or naming a value outside zrt_status_t, on every
  * rank), ZRT_REMOTE_ERROR (naming the ranks that failed); after
  * zrt_partition_step_in_backward, ZRT_INVALID_ARGUMENT also for another optimizer or user_data
- * than it was given. With offload_optimizer = 1 each
- * segment's optimizer runs as its reduction finishes, before all reductions are known to have
- * succeeded; with a backup any failure on any rank still restores every rank, and every rank
- * returns the lowest failing rank's status. docs/API.md details the transaction. */
+ * than it was given. With offload_optimizer = 1 each segment's optimizer runs as its reduction
+ * finishes, before all reductions are known to have succeeded; with a backup any failure on any
+ * rank still restores every rank, and every rank returns the lowest failing rank's status.
+ * docs/API.md details the transaction. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
 
@@ -851,16 +847,12 @@ ZRT_API zrt_status_t zrt_partition_memory(zrt_partition_t pm, zrt_partition_memo
 /* The manager's collective traffic, split by where it runs (hybrid sharding,
  * zrt_partition_config_t.shard_group_size): payload bytes this rank sent, as zrt_comm_stats
  * counts them. With G < N the manager's collectives run on communicators of its own, so the
- * two figures are exactly its traffic: per step of a stage 1/2 manager, intra =
- * (G-1)/G * Ppad * (reduce size + param size) and inter = 2 (R-1)/R * Ppad/G * reduce size
- * (R = N/G replica groups, Ppad = padded_parameters of zrt_partition_memory; exact for R = 2,
- * and for R > 2 when the all-reduce runs as a ring, ZRT_ALGO; docs/ARCHITECTURE.md). With G = N
- * (flat) intra is comm's own user counter, which counts the caller's collectives on comm too, and
- * inter is 0. With hpZ (hpz_group_size = H; shard_group_size then reads H, replica_groups N/H)
- * intra is the secondary copy's gathers, (H-1)/H * Ppad * param size per pass (every gather but
- * each unit's first in a step), and inter comm's user counter: the first gathers and the
- * reduce-scatters over all N ranks, (N-1)/N * Ppad * size per pass, and the caller's own
- * collectives on comm. */
+ * two figures are exactly its traffic. With G = N (flat) intra is comm's own user counter,
+ * which counts the caller's collectives on comm too, and inter is 0. With hpZ
+ * (hpz_group_size = H; shard_group_size then reads H, replica_groups N/H) intra is the
+ * secondary copy's gathers and inter comm's user counter (the first gathers, the
+ * reduce-scatters and the caller's own collectives on comm). The expected figures per step:
+ * docs/API.md, "Traffic figures". */
 typedef struct zrt_partition_traffic {
   size_t size;                /* sizeof(zrt_partition_traffic_t) as the caller compiled it */
   int shard_group_size;       /* G as resolved */
@@ -898,8 +890,8 @@ ZRT_API zrt_status_t zrt_partition_stats(zrt_partition_t pm, zrt_partition_stats
  * Fused optimizers (host memory)
  *
  * Ready-made zrt_optimizer_fn: pass one to zrt_partition_step with a zrt_optimizer_config_t* as
- * user_data. One pass over the shard reads master, gradient and state and writes master, state
- * and the param_dtype copy that publishing needs (so zrt skips its own conversion). The f32
+ * user_data. They update master and state and, where args has param_spans and params_written,
+ * write the param_dtype copy into the spans too and set *params_written = 1. The f32
  * arithmetic is torch.optim 1.13's single-tensor formula in its order of operations (docs/API.md
  * lists it), so results agree with torch's CPU optimizers within 1 ulp; every SIMD variant and
  * thread count gives the same bits. Per step, in this order, the gradient is multiplied by

@@ -1,6 +1,7 @@
-// Checksum: the per-file digest of checkpoints (XXH3, 64 bits: 10+ GB/s on one core, so
-// verifying a shard costs far less than reading it). Streaming, so a file is hashed as it is
-// written or read, in pieces of any size.
+// Checksum: the per-file digest of checkpoints (XXH3, 64 bits: it hashes at the memory's read
+// rate on one core, so verifying a shard costs far less than reading it; measured:
+// docs/ARCHITECTURE.md#measured-costs). Streaming, so a file is hashed as it is written or read,
+// in pieces of any size.
 #pragma once
 
 #include <cstddef>

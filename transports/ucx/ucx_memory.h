@@ -1,6 +1,7 @@
 // Registered memory: buffers that peers on this host can map and write with plain stores
-// (docs/ARCHITECTURE.md#registered-memory; a store into mapped memory runs 18-34 GB/s here, a
-// UCX put into ordinary memory 0.03-8 GB/s) and that UCX knows (ucp_mem_map registers them).
+// (docs/ARCHITECTURE.md#registered-memory; a UCX put into such memory runs far faster than into
+// ordinary memory, measured: docs/ARCHITECTURE.md#measured-costs) and that UCX knows (ucp_mem_map
+// registers them).
 //
 // zrt allocates the memory itself, as a memfd (anonymous shared memory): it has no name in
 // /dev/shm, so it vanishes with the last process that maps it, even after kill -9, and it never
@@ -8,7 +9,8 @@
 // file there for buffers larger than its segment). Before anything is allocated, the request is
 // admitted against the machine's memory (lib/core/memory_probe.h); fallocate reserves every page
 // (ENOMEM is an error here, not a SIGBUS when a page is first touched), and every page is then
-// mapped so that first-touch faults (~11 us per page here) never land on the training path.
+// mapped so that first-touch faults (~11 us per page here, docs/ARCHITECTURE.md#measured-costs)
+// never land on the training path.
 //
 // A peer maps this memory through /proc/<pid>/fd/<fd> of the owner (the same access a debugger
 // needs; UCX's posix transport used the same path). The packed key names the owner's pid, fd,

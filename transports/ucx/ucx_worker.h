@@ -16,9 +16,10 @@
 //     UCX_NET_DEVICES=eth0   or mlx5_0:1 — which NICs/ports the network transports may use.
 //   Dead peers: UCX 1.13 selects only tcp for endpoints with peer-failure detection
 //   (UCP_ERR_HANDLING_MODE_PEER) between processes of one host, which runs 3-10x slower than
-//   shared memory + cma. So by default (ZRT_UCX_ERR_MODE=hybrid) data travels on endpoints
-//   without error handling (shm/cma) and one idle PEER-mode endpoint per peer (tcp, keepalive
-//   every second unless UCX_KEEPALIVE_INTERVAL is set) reports a dead peer within milliseconds.
+//   shared memory + cma (measured: docs/MEASURED.md#collective-bandwidth-on-one-host). So by
+//   default (ZRT_UCX_ERR_MODE=hybrid) data travels on endpoints without error handling
+//   (shm/cma) and one idle PEER-mode endpoint per peer (tcp, keepalive every second unless
+//   UCX_KEEPALIVE_INTERVAL is set) reports a dead peer within milliseconds.
 //   ZRT_UCX_ERR_MODE=peer moves data on the PEER endpoints; =none drops the watcher (a dead peer
 //   then surfaces through the engine's no-progress timeout). `ucx_info -d` lists what UCX sees;
 //   ZRT_LOG=info prints the lanes each communicator got.
