@@ -3,7 +3,9 @@
 // MASTER_PORT on a free loopback port, ZRT_JOB_TOKEN, and ZRT_TEST_RUN_DIR: an empty scratch
 // folder shared by the ranks of one run, removed afterwards), and collects every rank's outcome.
 // A rank passes when its body returns with no GoogleTest failure; GoogleTest prints the
-// failures of each rank from that rank's process.
+// failures of each rank from that rank's process. A rank whose body skips (GTEST_SKIP) and did
+// not fail exits with kRankSkippedExit and leaves its reason to the parent, which reports the
+// test as skipped: a skip inside a rank is never a pass.
 //
 // Fork before creating any zrt object in the parent: the children must not inherit UCX state.
 #pragma once
@@ -16,12 +18,17 @@
 
 namespace zrt::testing {
 
+// The exit code of a rank that skipped: the one Meson and automake read as "skipped".
+inline constexpr int kRankSkippedExit = 77;
+
 struct RankOutcome {
   int rank = 0;
   int exit_code = -1;  // -1 when killed by a signal or by the harness
   int signal = 0;
   bool timed_out = false;  // still running at the deadline (then killed)
+  std::string skip_reason;  // what the rank's GTEST_SKIP said, when it skipped
   bool passed() const { return exit_code == 0 && signal == 0 && !timed_out; }
+  bool skipped() const { return exit_code == kRankSkippedExit && signal == 0 && !timed_out; }
   std::string describe() const;
 };
 
@@ -36,7 +43,9 @@ struct RankOptions {
 std::vector<RankOutcome> run_ranks(int size, const std::function<void(int rank, int size)>& body,
                                    const RankOptions& options = {});
 
-// run_ranks, then a GoogleTest failure naming every rank that did not pass.
+// run_ranks, then a GoogleTest failure naming every rank that did not pass; when no rank failed
+// and one skipped, the calling test is skipped with that rank's reason (the test body goes on
+// after this returns, as after any helper that skips).
 void expect_ranks_pass(int size, const std::function<void(int rank, int size)>& body,
                        const RankOptions& options = {});
 
