@@ -18,7 +18,7 @@
 //              (each one a wake-up paid when the peer's notification arrives);
 //   other      started to done minus the four above (the loop's own bookkeeping, preemption);
 //   return     done (flight recorder) to synchronize's return: the caller's wake-up.
-// The columns come from lib/engine/phase_clock.h and the flight recorder; both are on only here.
+// The columns come from engine/phase_clock.h and the flight recorder; both are on only here.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,9 +41,9 @@
 #include "collectives/collectives.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/settings.h"
-#include "lib/engine/engine.h"
-#include "lib/engine/engine_impl.h"
-#include "lib/engine/flight_recorder.h"
+#include "engine/engine.h"
+#include "engine/engine_impl.h"
+#include "engine/flight_recorder.h"
 #include "transports/transport.h"
 
 namespace {

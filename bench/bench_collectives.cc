@@ -47,11 +47,11 @@
 #include "bench/file_exchange.h"
 #include "collectives/algorithm_plan.h"
 #include "collectives/collectives.h"
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "collectives/stream_copy.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/core/settings.h"
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 #include "transports/transport.h"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "lib/partition/host_mapped_window.h"
+#include "zero/partition/host_mapped_window.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "lib/optim/thread_pool.h"
+#include "kernels/optim/thread_pool.h"
 #include "zrt/zrt.h"
 
 namespace {

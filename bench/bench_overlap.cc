@@ -45,7 +45,7 @@
 // (timed in the same rounds): the pipeline overlaps the pass with the reductions still running,
 // so the step grows by less than the pass. For rank 0's median offloaded step it prints where
 // the step call's time went, from the flight recorder's records of it
-// (lib/partition/step_trace.h): the per-segment waits for the gradients, the callbacks and the
+// (zero/partition/step_trace.h): the per-segment waits for the gradients, the callbacks and the
 // conversions back, summed, then the backup, the drain, the vote and the publish. The same
 // rounds time the offloaded step armed with zrt_partition_step_in_backward before its forward,
 // so the callbacks run on zrt's thread during backward: its growth over the plain step, as a
@@ -69,10 +69,10 @@
 #include <thread>
 #include <vector>
 
-#include "lib/api/partition_handle.h"
+#include "zero/api/partition_handle.h"
 #include "lib/core/environment.h"
-#include "lib/engine/flight_recorder.h"
-#include "lib/partition/step_trace.h"
+#include "engine/flight_recorder.h"
+#include "zero/partition/step_trace.h"
 #include "zrt/zrt.h"
 
 namespace {
@@ -289,7 +289,7 @@ double framework_ms(const std::vector<Span>& spans) {
 }
 
 // Where the last offloaded step's time went, from the flight recorder's records of it
-// (lib/partition/step_trace.h): milliseconds per part, summed over the segments, and how far
+// (zero/partition/step_trace.h): milliseconds per part, summed over the segments, and how far
 // into the step the last gradient reduction ended.
 std::string offload_breakdown(zrt_partition_t pm) {
   const zrt::FlightRecorder& recorder = pm->comm->impl->engine().recorder();

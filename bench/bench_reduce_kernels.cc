@@ -15,8 +15,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "collectives/reduce/kernel_variants.h"
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/kernel_variants.h"
+#include "kernels/reduce/reduce_kernels.h"
 
 namespace {
 

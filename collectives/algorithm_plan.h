@@ -16,7 +16,7 @@
 #include "collectives/algorithm.h"
 #include "lib/core/settings.h"
 #include "lib/core/status.h"
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 
 namespace zrt {
 

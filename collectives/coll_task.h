@@ -16,9 +16,9 @@
 
 #include "collectives/fingerprint_check.h"
 #include "collectives/order_check.h"
-#include "collectives/reduce/reduce_kernels.h"
-#include "lib/engine/stream_resources.h"
-#include "lib/engine/task.h"
+#include "kernels/reduce/reduce_kernels.h"
+#include "engine/stream_resources.h"
+#include "engine/task.h"
 #include "transports/transport.h"
 
 namespace zrt {

@@ -28,9 +28,9 @@
 #include "collectives/window_reduce_scatter.h"
 #include "lib/core/dtype.h"
 #include "lib/core/log.h"
-#include "lib/engine/device.h"
-#include "lib/engine/engine.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/device.h"
+#include "engine/engine.h"
+#include "engine/stream_resources.h"
 
 namespace zrt {
 namespace {

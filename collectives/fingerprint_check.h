@@ -1,10 +1,10 @@
 // The default mismatch fingerprint: with no flag, every host collective carries its call (the
-// 40-byte OrderFingerprint of lib/engine/fingerprint.h: kind, count, dtype, op, root, purpose,
+// 40-byte OrderFingerprint of engine/fingerprint.h: kind, count, dtype, op, root, purpose,
 // stream and collective number) in the first message it sends on each link its algorithm uses,
 // and the receiving rank compares it with its own call before it uses the data. A mismatch (sum
 // against max, f32 against i32, reduce-scatter against all-gather, different counts) is then
 // ZRT_INVALID_USAGE naming both calls, on the ranks that see it, and through the peer verdict
-// (lib/engine/peer_verdicts.h) on every other rank. ZRT_CHECK=1 runs the full checker
+// (engine/peer_verdicts.h) on every other rank. ZRT_CHECK=1 runs the full checker
 // (order_check.h) instead, which also gates the data phase on the comparison.
 //
 // Where it travels (docs/ARCHITECTURE.md#message-tags):
@@ -32,8 +32,8 @@
 #include <cstdint>
 
 #include "lib/core/status.h"
-#include "lib/engine/fingerprint.h"
-#include "lib/engine/task.h"
+#include "engine/fingerprint.h"
+#include "engine/task.h"
 #include "transports/transport.h"
 
 namespace zrt {

@@ -1,6 +1,6 @@
 #include "collectives/internal.h"
 
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 
 namespace zrt {
 

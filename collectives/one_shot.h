@@ -1,7 +1,7 @@
 // One-shot collectives on one host: the small-message all-reduce, reduce-scatter and all-gather
 // without any message on the data path, the `oneshot` algorithm of the table (algorithm.h).
 //
-// Every rank owns a one-shot arena per stream (registered memory, lib/engine/stream_resources.h):
+// Every rank owns a one-shot arena per stream (registered memory, engine/stream_resources.h):
 // a control block and two slots, each a 64-byte header (the call's fingerprint and byte count)
 // and kOneShotSlotBytes of data. The stream's first one-shot collective exchanges the arenas'
 // memory keys with every peer and maps every peer's arena (the handshake, the only messages of
@@ -46,7 +46,7 @@
 // running one-shot for the same call fails on the header check.
 //
 // The phase never blocks: each progress call moves what it can. It runs on the progress thread,
-// or, when its stream is idle, on the calling thread (Task::runs_inline, lib/engine/
+// or, when its stream is idle, on the calling thread (Task::runs_inline, engine/
 // inline_run.cc): it touches neither the transport nor the stream's scratch once the handshake
 // is done. Waits are the engine's: a peer that never publishes fails the collective with
 // ZRT_TIMEOUT (no progress) or the transport's verdict on the dead peer.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "collectives/order_check.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/stream_resources.h"
 
 namespace zrt::one_shot_arena {
 

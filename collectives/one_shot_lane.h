@@ -15,7 +15,7 @@
 
 #include "collectives/coll_task.h"
 #include "collectives/one_shot.h"
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 
 namespace zrt {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "lib/core/dtype.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/stream_resources.h"
 
 namespace zrt {
 namespace {

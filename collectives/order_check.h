@@ -3,7 +3,7 @@
 // timeout with no hint of why; with the checker (ZRT_CHECK, EngineOptions::check_order) such a
 // collective fails on the ranks involved with ZRT_INVALID_USAGE naming both calls.
 //
-// How it works. Every host collective carries a 40-byte fingerprint (lib/engine/fingerprint.h:
+// How it works. Every host collective carries a 40-byte fingerprint (engine/fingerprint.h:
 // kind, count, dtype, op, root, purpose and purpose id, plus the stream and collective number
 // that name it). When the task starts, it posts a receive for each checked peer's fingerprint
 // and sends its own, on the task's tag with kOrderCheckTagBit set, so these messages never
@@ -35,8 +35,8 @@
 
 #include "collectives/collectives.h"
 #include "lib/core/status.h"
-#include "lib/engine/fingerprint.h"
-#include "lib/engine/task.h"
+#include "engine/fingerprint.h"
+#include "engine/task.h"
 #include "transports/transport.h"
 
 namespace zrt {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "collectives/two_level_fingerprint.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/stream_resources.h"
 
 namespace zrt {
 

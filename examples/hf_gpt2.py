@@ -20,7 +20,7 @@ transformer.wte.weight; from_pretrained ties it again), so that
 loads it with no missing or unexpected key. --check then verifies that on rank 0: the loaded
 model (in the training dtype) gives logits torch.equal to the sharded model's own on a batch.
 
-Run it from the repository root after a build (the package finds build/lib/api/libzrt.so;
+Run it from the repository root after a build (the package finds build/zero/api/libzrt.so;
 elsewhere set ZRT_LIBRARY), with a Python that has torch 2.x and transformers.
 """
 import argparse

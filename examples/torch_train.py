@@ -6,7 +6,7 @@ The training loop is torch's own: forward, loss.backward(), clip, step. zrt.torc
 every parameter a tensor over zrt's memory; zrt gathers, reduces and shards them (ZeRO stage
 0-3), and AdamW runs inside zrt's step on this rank's shard: torch's (the default), or zrt's
 fused one (--optimizer zrt-adamw). Run it from the repository root
-after a build (the package finds build/lib/api/libzrt.so; elsewhere set ZRT_LIBRARY), or
+after a build (the package finds build/zero/api/libzrt.so; elsewhere set ZRT_LIBRARY), or
 anywhere after `meson install`.
 """
 import argparse

@@ -94,7 +94,7 @@ class Transport {
 
   // When the last message from `peer` arrived (a receive from it completed successfully; the
   // transport's creation if none has yet). What a timeout reads to name the peers that went
-  // silent (lib/engine/silent_peers.h).
+  // silent (engine/silent_peers.h).
   virtual std::chrono::steady_clock::time_point last_heard(int peer) const = 0;
 
   // The first asynchronous failure (e.g. a peer's endpoint failed), or ok.

@@ -1,6 +1,6 @@
 // The arguments of one collective: what the C API, the communicator, the partition managers and
 // the checkpoint layer build, what the collectives layer validates and runs, and what a device
-// stream (lib/engine/device.h) hands to NCCL. A leaf: it needs only lib/core and zrt.h, so every
+// stream (engine/device.h) hands to NCCL. A leaf: it needs only lib/core and zrt.h, so every
 // layer can name a collective without depending on the layer that runs it.
 #pragma once
 

@@ -60,7 +60,7 @@ constexpr SettingSpec kSpecs[] = {
      .default_value = "1",
      .doc = "ranks on one host, and the two-level collectives' ring inside each host: rings write "
             "into the neighbour's mapped staging (1) or send UCX messages (0)"},
-    // Range and default: kWindowMaxSlots and kWindowSlots (lib/engine/stream_resources.h).
+    // Range and default: kWindowMaxSlots and kWindowSlots (engine/stream_resources.h).
     {.id = SettingId::kWindowSlots,
      .name = "ZRT_WINDOW_SLOTS",
      .type = SettingType::kInt,
@@ -121,7 +121,7 @@ constexpr SettingSpec kSpecs[] = {
             "host, then across hosts (two-level; auto when every host has as many consecutive "
             "ranks) or as one ring over all ranks (flat)",
      .accepts = "auto|flat|two-level"},
-    // Default and maximum: kBusyPollMicros and kMaxBusyPollMicros (lib/engine/engine.h).
+    // Default and maximum: kBusyPollMicros and kMaxBusyPollMicros (engine/engine.h).
     {.id = SettingId::kPollUs,
      .name = "ZRT_POLL_US",
      .type = SettingType::kInt,

@@ -1,5 +1,5 @@
 // TickClock: steady_clock's nanoseconds read from the processor's time-stamp counter, for the
-// inline path of small collectives (lib/engine/inline_run.cc), whose every call timestamps its
+// inline path of small collectives (engine/inline_run.cc), whose every call timestamps its
 // start and end for the flight recorder and the busy counters. clock_gettime through the vDSO
 // took 26 ns a read on the development machine (a KVM guest), rdtsc 10: two reads a call were a
 // tenth of an 8-byte all-reduce (docs/ARCHITECTURE.md#measured-costs). UCX's own clock

@@ -9,7 +9,7 @@ import os
 
 # --- finding libzrt ---------------------------------------------------------------------------
 #  1. ZRT_LIBRARY: the path of libzrt.so (the meson test environment sets it);
-#  2. the build tree this package lies in: <repo>/python/zrt -> <repo>/build*/lib/api/;
+#  2. the build tree this package lies in: <repo>/python/zrt -> <repo>/build*/zero/api/;
 #  3. the library directory recorded at `meson install` (_install_paths.py, written by meson);
 #  4. the dynamic loader's search path (libzrt.so.0).
 
@@ -23,7 +23,7 @@ def _candidates():
     found = []
     try:
         for entry in sorted(os.listdir(repo)):
-            path = os.path.join(repo, entry, "lib", "api", "libzrt.so")
+            path = os.path.join(repo, entry, "zero", "api", "libzrt.so")
             if entry.startswith("build") and os.path.exists(path):
                 found.append(path)
     except OSError:
@@ -47,7 +47,7 @@ def _load():
             errors.append(f"{path}: {error}")
     raise ImportError(
         "zrt: cannot load libzrt (set ZRT_LIBRARY to the path of libzrt.so, e.g. "
-        "build/lib/api/libzrt.so); tried: " + "; ".join(errors))
+        "build/zero/api/libzrt.so); tried: " + "; ".join(errors))
 
 
 lib, library_path = _load()

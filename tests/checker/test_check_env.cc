@@ -6,7 +6,7 @@
 #include <string>
 
 #include "collectives/order_check.h"
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 
 namespace zrt {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "lib/checkpoint/checksum.h"
-#include "lib/checkpoint/manifest.h"
-#include "lib/checkpoint/safetensors.h"
-#include "lib/checkpoint/shard_plan.h"
-#include "lib/partition/layout.h"
+#include "zero/checkpoint/checksum.h"
+#include "zero/checkpoint/manifest.h"
+#include "zero/checkpoint/safetensors.h"
+#include "zero/checkpoint/shard_plan.h"
+#include "zero/partition/layout.h"
 
 namespace zrt {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/checkpoint/checkpoint_reader.h"
-#include "lib/checkpoint/safetensors.h"
+#include "zero/checkpoint/checkpoint_reader.h"
+#include "zero/checkpoint/safetensors.h"
 #include "tests/checkpoint/checkpoint_test_driver.h"
 #include "tests/harness/multirank.h"
 #include "zrt/zrt.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/checkpoint/safetensors.h"
+#include "zero/checkpoint/safetensors.h"
 #include "tests/checkpoint/checkpoint_test_driver.h"
 #include "tests/harness/multirank.h"
 #include "zrt/zrt.h"

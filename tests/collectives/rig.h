@@ -12,7 +12,7 @@
 #include "collectives/algorithm_plan.h"
 #include "collectives/collectives.h"
 #include "collectives/peer_memory.h"
-#include "lib/engine/engine.h"
+#include "engine/engine.h"
 #include "tests/harness/file_bootstrap.h"
 #include "transports/transport.h"
 

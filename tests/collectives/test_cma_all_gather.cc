@@ -29,7 +29,7 @@
 
 #include "collectives/one_shot.h"
 #include "lib/core/dtype.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/stream_resources.h"
 #include "tests/collectives/late_peer.h"
 #include "tests/collectives/rig.h"
 #include "tests/harness/multirank.h"

@@ -25,7 +25,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/coll_task.h"
 #include "collectives/one_shot.h"
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
 #include "tests/collectives/late_peer.h"
 #include "tests/collectives/rig.h"

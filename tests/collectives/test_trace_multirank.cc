@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "lib/engine/flight_recorder.h"
+#include "engine/flight_recorder.h"
 #include "tests/collectives/rig.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/status_assert.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
 
 namespace zrt::testing {

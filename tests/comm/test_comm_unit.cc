@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/reduce/reduce_kernels.h"
-#include "lib/comm/communicator.h"
-#include "lib/comm/host_cpus.h"
+#include "kernels/reduce/reduce_kernels.h"
+#include "zero/comm/communicator.h"
+#include "zero/comm/host_cpus.h"
 #include "zrt/zrt.h"
 
 extern char** environ;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "lib/core/settings.h"
-#include "lib/engine/engine.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/engine.h"
+#include "engine/stream_resources.h"
 
 namespace zrt {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "transports/nccl/device_probe.h"
+#include "device/device_probe.h"
 
 namespace zrt::testing {
 

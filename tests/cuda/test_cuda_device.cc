@@ -1,5 +1,5 @@
 // Device tests (skipped, with the runtime's reason, where no GPU is usable): the CUDA kernels
-// against the host kernels of collectives/reduce, the device arena, and a one-rank NCCL
+// against the host kernels of kernels/reduce, the device arena, and a one-rank NCCL
 // communicator running every collective kind on device memory.
 #include <gtest/gtest.h>
 
@@ -10,13 +10,13 @@
 #include <random>
 #include <vector>
 
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
 #include "tests/cuda/cuda_test_util.h"
-#include "transports/nccl/cuda_status.h"
-#include "transports/nccl/device_arena.h"
-#include "transports/nccl/device_kernels.h"
-#include "transports/nccl/nccl_comm.h"
+#include "device/cuda_status.h"
+#include "device/device_arena.h"
+#include "device/device_kernels.h"
+#include "device/nccl_comm.h"
 
 namespace zrt {
 namespace {

@@ -1,4 +1,4 @@
-// The device MappedWindow (transports/nccl/device_mapped_window.h) on one GPU, skipped with the
+// The device MappedWindow (device/device_mapped_window.h) on one GPU, skipped with the
 // runtime's reason where none is usable: fixed unit addresses that show their slot's memory while
 // mapped (a write through the slot is the unit's data), a release that takes effect once the
 // kernels queued before it are done (the slot's next gather), and a unit mapped again elsewhere.
@@ -9,7 +9,7 @@
 
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/harness/status_assert.h"
-#include "transports/nccl/device_mapped_window.h"
+#include "device/device_mapped_window.h"
 
 namespace zrt {
 namespace {

@@ -7,12 +7,12 @@
 #include <string>
 
 #include "tests/cuda/cuda_test_util.h"
-#include "transports/nccl/cuda_status.h"
-#include "transports/nccl/device_arena.h"
-#include "transports/nccl/device_kernels.h"
-#include "transports/nccl/device_probe.h"
-#include "transports/nccl/nccl_comm.h"
-#include "transports/nccl/poll_wait.h"
+#include "device/cuda_status.h"
+#include "device/device_arena.h"
+#include "device/device_kernels.h"
+#include "device/device_probe.h"
+#include "device/nccl_comm.h"
+#include "device/poll_wait.h"
 
 namespace zrt {
 namespace {

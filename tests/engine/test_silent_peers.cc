@@ -1,5 +1,5 @@
 // describe_silent_peers: which peers a timeout names as the ranks whose traffic stopped.
-#include "lib/engine/silent_peers.h"
+#include "engine/silent_peers.h"
 
 #include <gtest/gtest.h>
 

@@ -20,9 +20,9 @@
 #include "lib/bootstrap/store_client.h"
 #include "lib/bootstrap/store_protocol.h"
 #include "lib/bootstrap/store_server.h"
-#include "lib/partition/config.h"
+#include "zero/partition/config.h"
 #if ZRT_FUZZ_HAVE_CHECKPOINT
-#include "lib/checkpoint/manifest.h"
+#include "zero/checkpoint/manifest.h"
 #endif
 #if ZRT_FUZZ_HAVE_MODEL_PROFILE
 #include "tools/common/json_file.h"

@@ -25,11 +25,11 @@ std::string fuzz_store_protocol(const uint8_t* data, size_t size);
 // they end, a client that has not completed a hello is closed within the hello deadline, and
 // afterwards a real client is served at once.
 std::string fuzz_store_session(const uint8_t* data, size_t size);
-// lib/partition/config.h: partition_options_apply_json, then validate_partition_options.
+// zero/partition/config.h: partition_options_apply_json, then validate_partition_options.
 std::string fuzz_partition_config(const uint8_t* data, size_t size);
 // tools/zrt-mem/model_spec.h: the model profile (JsonFile::parse + model_from_profile).
 std::string fuzz_model_profile(const uint8_t* data, size_t size);
-// lib/checkpoint/manifest.h: parse_manifest, then serialize_manifest and parse again; an
+// zero/checkpoint/manifest.h: parse_manifest, then serialize_manifest and parse again; an
 // accepted manifest carries a checksum that a changed step breaks.
 std::string fuzz_manifest(const uint8_t* data, size_t size);
 

@@ -18,8 +18,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "lib/checkpoint/checksum.h"
-#include "lib/checkpoint/manifest.h"
+#include "zero/checkpoint/checksum.h"
+#include "zero/checkpoint/manifest.h"
 #include "zrt/zrt.h"
 
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails on an #include that points up the layer order of layers.txt.
 
-Every #include "..." of lib/, transports/ and collectives/ is resolved to a file of the tree and
+Every #include "..." of the layers' folders (SCANNED) is resolved to a file of the tree and
 to the layer that holds it (the longest layer folder that contains it). A layer may include its
 own files and those of layers listed before it in layers.txt, except a layer marked
 "private-to X", which only X may include; an include of a later layer, of a private layer from
@@ -18,7 +18,7 @@ import os
 import re
 import sys
 
-SCANNED = ("lib", "transports", "collectives")
+SCANNED = ("lib", "kernels", "transports", "engine", "device", "collectives", "zero")
 SUFFIXES = (".h", ".hpp", ".c", ".cc", ".cpp", ".cu", ".cuh")
 PUBLIC_HEADER = "include/zrt/zrt.h"
 # Written by the top-level meson.build into the build folder: build switches, no code.

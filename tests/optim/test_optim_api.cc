@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "lib/optim/thread_pool.h"
+#include "kernels/optim/thread_pool.h"
 #include "tests/harness/status_assert.h"
 
 namespace zrt::testing {

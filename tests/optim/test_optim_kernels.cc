@@ -14,10 +14,10 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/reduce/reduce_kernels.h"
-#include "lib/optim/fused_step.h"
-#include "lib/optim/optim_dispatch.h"
-#include "lib/optim/thread_pool.h"
+#include "kernels/reduce/reduce_kernels.h"
+#include "kernels/optim/fused_step.h"
+#include "kernels/optim/optim_dispatch.h"
+#include "kernels/optim/thread_pool.h"
 #include "tests/harness/status_assert.h"
 #include "tests/optim/optim_reference.h"
 

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "tests/harness/file_bootstrap.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/reduce_kernels.h"
 
 namespace zrt::testing {
 

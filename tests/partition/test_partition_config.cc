@@ -1,5 +1,5 @@
 // Partition configuration: defaults, the C struct's size/magic/version checks, and JSON files.
-#include "lib/partition/config.h"
+#include "zero/partition/config.h"
 
 #include <gtest/gtest.h>
 

@@ -4,8 +4,8 @@
 
 #include <optional>
 
-#include "lib/partition/backup_cursor.h"
-#include "lib/partition/bucket_pool.h"
+#include "zero/partition/backup_cursor.h"
+#include "zero/partition/bucket_pool.h"
 
 namespace zrt {
 namespace {

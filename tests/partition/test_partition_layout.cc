@@ -1,7 +1,7 @@
 // Layout: segment-major sharding maps every trainable element to exactly one (segment, rank,
 // shard offset), shards are equal and contiguous, and the piece maps of all ranks tile every
 // parameter exactly once.
-#include "lib/partition/layout.h"
+#include "zero/partition/layout.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/partition/layout.h"
+#include "zero/partition/layout.h"
 
 namespace zrt {
 namespace {

@@ -1,4 +1,4 @@
-// The host MappedWindow (lib/partition/host_mapped_window.h) on its own: fixed unit addresses,
+// The host MappedWindow (zero/partition/host_mapped_window.h) on its own: fixed unit addresses,
 // a slot's pages shown at a unit's address while mapped (writes through either address are the
 // same memory), faults after unmap, odd sizes rounded to pages, and bad specs refused.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "lib/partition/host_mapped_window.h"
+#include "zero/partition/host_mapped_window.h"
 #include "tests/harness/status_assert.h"
 
 namespace zrt {

@@ -1,7 +1,7 @@
 // The memory model against the ZeRO formulas: the model-state bytes equal the formula for the
 // padded element count exactly, the unpadded figure is the textbook one (16P; 4P + 12P/N;
 // 2P + 14P/N; 16P/N for f16 and Adam), and constant buffers do not grow with the model.
-#include "lib/partition/memory_model.h"
+#include "zero/partition/memory_model.h"
 
 #include <gtest/gtest.h>
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "lib/api/handles.h"
-#include "lib/partition/gather_window.h"
-#include "lib/partition/gradient_pipeline.h"
-#include "lib/partition/memory_model.h"
-#include "lib/partition/partition_context.h"
-#include "lib/partition/partition_resources.h"
-#include "lib/partition/step_transaction.h"
+#include "zero/api/handles.h"
+#include "zero/partition/gather_window.h"
+#include "zero/partition/gradient_pipeline.h"
+#include "zero/partition/memory_model.h"
+#include "zero/partition/partition_context.h"
+#include "zero/partition/partition_resources.h"
+#include "zero/partition/step_transaction.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/status_assert.h"
 

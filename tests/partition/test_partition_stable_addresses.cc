@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lib/api/partition_handle.h"
+#include "zero/api/partition_handle.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"
 #include "tests/partition/partition_test_model.h"

@@ -1,6 +1,6 @@
 // StagePolicy: what each ZeRO stage shards and when it communicates, for every stage, with and
 // without no-sync accumulation.
-#include "lib/partition/stage_policy.h"
+#include "zero/partition/stage_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "lib/partition/fetch_order.h"
-#include "lib/partition/window_slots.h"
+#include "zero/partition/fetch_order.h"
+#include "zero/partition/window_slots.h"
 
 namespace zrt {
 namespace {

@@ -2,7 +2,7 @@
 
 The suite runs from meson (`meson test --suite python`, which sets ZRT_LIBRARY, ZRT_RUN_EXE
 and PYTHONPATH) or by hand: `PYTHONPATH=python /usr/bin/python3 -m pytest tests/python`
-after a build in build/ (the package then finds build/lib/api/libzrt.so itself).
+after a build in build/ (the package then finds build/zero/api/libzrt.so itself).
 """
 import json
 import os

@@ -92,7 +92,7 @@ def loss_of(name, logits, y):
 
 
 class FusedAdamWReference(torch.optim.Optimizer):
-    """zrt's fused AdamW (zrt.torch.FusedOptimizer "adamw", lib/optim/optim_body.inc) in
+    """zrt's fused AdamW (zrt.torch.FusedOptimizer "adamw", kernels/optim/optim_body.inc) in
     Python, operation for operation: each f32 operation computed in float64 and rounded to f32
     (exact for *, /, +, sqrt; an fma as a*b + c in float64, exact but for a double rounding
     about once in 2**29), the constants rounded as the kernel rounds them. torch 1.13's AdamW

@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/reduce/kernel_variants.h"
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/kernel_variants.h"
+#include "kernels/reduce/reduce_kernels.h"
 #include "lib/core/dtype.h"
 #include "tests/reduce/reference.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/reduce/kernel_variants.h"
-#include "collectives/reduce/reduce_kernels.h"
+#include "kernels/reduce/kernel_variants.h"
+#include "kernels/reduce/reduce_kernels.h"
 
 namespace zrt::testing {
 

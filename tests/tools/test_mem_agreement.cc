@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "lib/partition/config.h"
+#include "zero/partition/config.h"
 #include "tests/harness/multirank.h"
 #include "tests/harness/rank_count.h"
 #include "tests/harness/status_assert.h"

@@ -1,4 +1,4 @@
-// The flight recorder's ring (lib/engine/flight_recorder.h) and zrt-trace's merge
+// The flight recorder's ring (engine/flight_recorder.h) and zrt-trace's merge
 // (tools/zrt-trace/trace_merge.h): wrap-around keeps the newest K in order, a written file
 // parses back, and the merge names the rank that is behind and the call its peers wait in.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/engine/flight_recorder.h"
+#include "engine/flight_recorder.h"
 #include "tools/zrt-trace/trace_merge.h"
 
 namespace zrt::tools {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "lib/checkpoint/checksum.h"
+#include "zero/checkpoint/checksum.h"
 #include "lib/core/dtype.h"
 #include "tools/common/table.h"
 #include "tools/common/units.h"

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lib/checkpoint/checkpoint_reader.h"
+#include "zero/checkpoint/checkpoint_reader.h"
 
 namespace zrt::ckpt {
 

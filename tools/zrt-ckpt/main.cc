@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "lib/checkpoint/checkpoint_reader.h"
+#include "zero/checkpoint/checkpoint_reader.h"
 #include "lib/core/dtype.h"
 #include "tools/zrt-ckpt/ckpt_report.h"
 

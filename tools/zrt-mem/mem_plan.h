@@ -1,4 +1,4 @@
-// zrt-mem's plan: the partition manager's own memory model (lib/partition/memory_model.h)
+// zrt-mem's plan: the partition manager's own memory model (zero/partition/memory_model.h)
 // evaluated for each ZeRO stage, plus activations and a fit check against device memory.
 // Nothing here runs a collective or allocates the model: it is arithmetic on the layout.
 #pragma once
@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lib/partition/config.h"
-#include "lib/partition/memory_model.h"
+#include "zero/partition/config.h"
+#include "zero/partition/memory_model.h"
 #include "tools/zrt-mem/model_spec.h"
 
 namespace zrt::mem {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
-#include "lib/partition/layout.h"
+#include "zero/partition/layout.h"
 #include "tools/common/json_file.h"
 
 namespace zrt::mem {

@@ -1,4 +1,4 @@
-// zrt-trace's logic: reads the flight-recorder files of a job (lib/engine/flight_recorder.h,
+// zrt-trace's logic: reads the flight-recorder files of a job (engine/flight_recorder.h,
 // one JSON-lines file per rank and communicator) and names where the ranks diverged: per
 // stream, the collective some rank waits in, the ranks that never called it (behind), and calls
 // that differ at the same position (a mismatch).

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lib/core/environment.h"
-#include "lib/engine/stream_resources.h"
+#include "engine/stream_resources.h"
 #include "tools/common/svg_plot.h"
 #include "tools/common/units.h"
 

@@ -1,0 +1,142 @@
+#include "zero/partition/offload_pipeline.h"
+
+#include "lib/core/callback_status.h"
+
+#include <algorithm>
+
+#include "engine/engine.h"
+#include "zero/partition/step_trace.h"
+
+namespace zrt {
+
+OffloadPipeline::OffloadPipeline(const PartitionContext& ctx)
+    : ctx_(ctx), pieces_(ctx.layout.segments().size()), state_(ctx.buffers.state.size(), nullptr) {
+  // The shard's pieces cut at segment boundaries (a parameter may straddle two segments), each
+  // rebased on its segment's slice: what args.pieces means when args.master is that slice.
+  const auto& segments = ctx.layout.segments();
+  for (const zrt_shard_piece_t& piece : ctx.shard.pieces) {
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const size_t begin = segments[s].shard_offset;
+      const size_t end = begin + segments[s].slice;
+      const size_t lo = std::max(begin, piece.shard_offset);
+      const size_t hi = std::min(end, piece.shard_offset + piece.count);
+      if (lo >= hi) continue;
+      zrt_shard_piece_t cut = piece;
+      cut.param_offset = piece.param_offset + (lo - piece.shard_offset);
+      cut.shard_offset = lo - begin;
+      cut.count = hi - lo;
+      pieces_[s].push_back(cut);
+    }
+  }
+}
+
+Status OffloadPipeline::convert_back_segment(int segment) {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  char* owned =
+      ctx_.param_ptr(ctx_.buffers.full_params,
+                     ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
+  const float* master = ctx_.buffers.master + seg.shard_offset;
+  ElementOps* ops = ctx_.ops;
+  const zrt_dtype_t pdt = ctx_.options.param_dtype;
+  const size_t p_size = ctx_.p_size;
+  if (ctx_.size == 1) {
+    // No gather follows, so no event would tell fetch when the conversion ran: convert now, as
+    // publishing does on one rank.
+    ops->convert(ZRT_F32, master, pdt, owned, seg.slice);
+    return Status::ok();
+  }
+  return ctx_.run_piecewise(
+      *ctx_.streams.ag, seg.slice,
+      [ops, master, pdt, owned, p_size](size_t begin, size_t count) {
+        ops->convert(ZRT_F32, master + begin, pdt, owned + begin * p_size, count);
+      },
+      "partition: offloaded master slice back into the owned parameters");
+}
+
+char* OffloadPipeline::param_slice(int segment) const {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  if (ctx_.policy.param_home() == ParamHome::kShard) {
+    return ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
+  }
+  return ctx_.param_ptr(ctx_.buffers.full_params,
+                        ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
+}
+
+Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& order,
+                            zrt_optimizer_fn optimizer, void* user_data, int64_t step, Run* run) {
+  run->code = ZRT_SUCCESS;
+  run->optimized = false;
+  run->params_written = 0;
+  // The conversions back go on the all-gather stream, ahead of the gathers that will publish
+  // them, and not behind the later segments' gradient copies on the offload stream.
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
+  for (int s : order) {
+    ZRT_RETURN_IF_ERROR(run_bound_segment(grads, s, optimizer, user_data, step, run));
+  }
+  return Status::ok();
+}
+
+Status OffloadPipeline::run_segment(GradientPipeline& grads, int s, zrt_optimizer_fn optimizer,
+                                    void* user_data, int64_t step, Run* run) {
+  ScopedBind bound(*ctx_.ops);
+  ZRT_RETURN_IF_ERROR(bound.bind(ctx_.streams.ag));
+  return run_bound_segment(grads, s, optimizer, user_data, step, run);
+}
+
+Status OffloadPipeline::run_bound_segment(GradientPipeline& grads, int s,
+                                          zrt_optimizer_fn optimizer, void* user_data, int64_t step,
+                                          Run* run) {
+  const PartitionBuffers& buf = ctx_.buffers;
+  const Segment& seg = ctx_.layout.segments()[s];
+  if (run->how == OffloadCopies::kOnStream) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+      return ctx_.streams.segment_copied[s]->synchronize().with_context(
+          fmt::format("waiting for segment {}'s reduction and its copy to the host", s));
+    }));
+  } else if (run->how == OffloadCopies::kInPlace) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
+      return ctx_.streams.segment_reduced[s]->synchronize().with_context(
+          fmt::format("waiting for segment {}'s reduction", s));
+    }));
+  }
+  for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
+  zrt_optimizer_args_t args{};
+  args.size = sizeof(args);
+  args.master = buf.master + seg.shard_offset;
+  args.grad = grads.optimizer_grad() + seg.shard_offset;
+  args.state = state_.data();
+  args.num_state = static_cast<int>(state_.size());
+  args.count = seg.slice;
+  args.pieces = pieces_[s].data();
+  args.num_pieces = pieces_[s].size();
+  args.step = step;
+  // Offloaded master and state are host memory whatever the parameters are.
+  args.mem_kind = ZRT_MEM_HOST;
+  args.param_dtype = ctx_.options.param_dtype;
+  const zrt_param_span_t span{0, seg.slice, param_slice(s)};
+  int params_written = 0;
+  if (run->offer_params) {
+    args.param_spans = &span;
+    args.num_param_spans = 1;
+    args.params_written = &params_written;
+  }
+  run->optimized = true;
+  clear_callback_message();
+  Status own;
+  static_cast<void>(traced_step_part(ctx_.comm, kTraceOffloadOptimizer, s, [&] {
+    own = callback_result(optimizer(&args, user_data), "the optimizer callback");
+    return own;
+  }));
+  run->code = own.code();
+  if (!own.is_ok()) return own.with_context(fmt::format("segment {}", s));
+  if (params_written == 1) {
+    ++run->params_written;
+  } else if (run->convert_back) {
+    ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadConvert, s,
+                                         [&] { return convert_back_segment(s); }));
+  }
+  return Status::ok();
+}
+
+}  // namespace zrt
