@@ -6,10 +6,19 @@
 // through UCX's rkey unpack and segfaulted; cma's process_vm_readv against a dead peer aborted),
 // and zrt_comm_destroy must return promptly.
 //
-// CI runs one kill per case (ZRT_TEST_KILL_REPS unset). scripts/kill_matrix.sh runs each case many
-// times (ZRT_TEST_KILL_REPS=50) and tabulates the KILL lines this test prints, one per survivor:
-//   KILL case=<name> rep=<i> victim=<v> delay_us=<d> rank=<r> outcome=<named|completed|other>
+// The moment is a random fraction (below kLatestKill) of how long the victim's own first
+// collective of a fresh stream took just before (on a probe stream), so the kill lands inside
+// the collective under test whatever its size and algorithm. A repetition whose victim returned
+// from that collective before the kill did not test a death mid-collective: each case runs
+// kDefaultReps times (ZRT_TEST_KILL_REPS overrides), prints how many repetitions killed the
+// victim inside the call and how many had a survivor name it, and fails unless most were killed
+// inside the call.
+// scripts/kill_matrix.sh runs each case many times and tabulates the KILL lines this test prints,
+// one per survivor:
+//   KILL case=<name> rep=<i> victim=<v> kill_at=<fraction> rank=<r> outcome=<named|completed|
+//   other>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +44,8 @@ constexpr int kTimeoutSeconds = 5;
 constexpr int64_t kLimitMs = kTimeoutSeconds * 1000 + 5000;
 // 4 MiB of f32 per rank by default (a few ms here); ZRT_TEST_KILL_COUNT elements otherwise.
 constexpr size_t kDefaultCount = size_t{1} << 20;
-constexpr int kMaxDelayUs = 12000;
+constexpr int kDefaultReps = 7;
+constexpr double kLatestKill = 0.9;
 
 size_t element_count() {
   const char* text = std::getenv("ZRT_TEST_KILL_COUNT");
@@ -109,17 +119,53 @@ zrt_status_t run_collective(const Case& c, zrt_comm_t comm, zrt_stream_t stream,
 
 int repetitions() {
   const char* text = std::getenv("ZRT_TEST_KILL_REPS");
-  const int reps = text != nullptr ? std::atoi(text) : 1;
-  return reps > 0 ? reps : 1;
+  const int reps = text != nullptr ? std::atoi(text) : kDefaultReps;
+  return reps > 0 ? reps : kDefaultReps;
 }
 
-void run_one(const Case& c, int rep, uint64_t seed) {
+// What each survivor saw, written by the ranks into memory shared with the parent.
+enum SurvivorOutcome : int { kNotReported = 0, kNamed, kCompleted, kOther, kVictimReturned };
+
+class SharedOutcomes {
+ public:
+  explicit SharedOutcomes(int ranks) : ranks_(ranks) {
+    void* memory = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                        -1, 0);
+    outcomes_ = memory == MAP_FAILED ? nullptr : static_cast<int*>(memory);
+  }
+  ~SharedOutcomes() {
+    if (outcomes_ != nullptr) munmap(outcomes_, bytes());
+  }
+  SharedOutcomes(const SharedOutcomes&) = delete;
+  SharedOutcomes& operator=(const SharedOutcomes&) = delete;
+
+  bool mapped() const { return outcomes_ != nullptr; }
+  void set(int rank, SurvivorOutcome outcome) { outcomes_[rank] = outcome; }
+  SurvivorOutcome of(int rank) const { return static_cast<SurvivorOutcome>(outcomes_[rank]); }
+  bool any_named() const {
+    return std::count(outcomes_, outcomes_ + ranks_, static_cast<int>(kNamed)) > 0;
+  }
+
+ private:
+  size_t bytes() const { return sizeof(int) * static_cast<size_t>(ranks_); }
+  int ranks_;
+  int* outcomes_ = nullptr;
+};
+
+struct Repetition {
+  bool killed_inside = false;  // the victim died inside the collective under test
+  bool named = false;          // a survivor's error named it
+};
+
+Repetition run_one(const Case& c, int rep, uint64_t seed) {
   std::mt19937_64 random(seed);
   const int victim = static_cast<int>(random() % static_cast<uint64_t>(c.ranks));
-  // Longer collectives get a proportionally longer window for the kill.
-  const int delay_us =
-      static_cast<int>(random() % (static_cast<uint64_t>(kMaxDelayUs) *
-                                   std::max<size_t>(1, element_count() / kDefaultCount)));
+  const double kill_at = std::uniform_real_distribution<double>(0.0, kLatestKill)(random);
+  SharedOutcomes shared(c.ranks);
+  if (!shared.mapped()) {
+    ADD_FAILURE() << "mmap of the shared outcomes failed";
+    return {};
+  }
   RankOptions options;
   options.env["ZRT_TIMEOUT"] = std::to_string(kTimeoutSeconds);
   options.env["ZRT_ALGO"] = c.algo;
@@ -131,19 +177,28 @@ void run_one(const Case& c, int rep, uint64_t seed) {
       [&](int rank, int size) {
         zrt_comm_t comm = nullptr;
         ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
-        zrt_stream_t warm = nullptr, fresh = nullptr;
+        zrt_stream_t warm = nullptr, probe = nullptr, fresh = nullptr;
         ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &warm), ZRT_SUCCESS);
+        ASSERT_EQ(barrier_sync(comm, warm), ZRT_SUCCESS) << zrt_last_error();
+        // How long a first collective of a fresh stream takes here: the span the kill falls in.
+        ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &probe), ZRT_SUCCESS);
+        const auto probe_start = std::chrono::steady_clock::now();
+        ASSERT_EQ(run_collective(c, comm, probe, rank, size), ZRT_SUCCESS) << zrt_last_error();
+        const auto first_call = std::chrono::steady_clock::now() - probe_start;
         ASSERT_EQ(barrier_sync(comm, warm), ZRT_SUCCESS) << zrt_last_error();
         ASSERT_EQ(zrt_stream_create(comm, ZRT_MEM_HOST, &fresh), ZRT_SUCCESS);
         // Every rank is out of the warm-up (a victim done with its barrier may die while a peer
         // still finishes it): the kill lands in the collective under test.
         ASSERT_TRUE(file_barrier(run_dir(), "warm", rank, size).is_ok());
         if (rank == victim) {
-          std::thread([delay_us] {
-            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+          const auto delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+              first_call * kill_at);
+          std::thread([delay] {
+            std::this_thread::sleep_for(delay);
             raise(SIGKILL);
           }).detach();
           run_collective(c, comm, fresh, rank, size);
+          shared.set(rank, kVictimReturned);
           for (;;) pause();  // the kill comes, whatever the collective did
         }
         const auto start = std::chrono::steady_clock::now();
@@ -151,13 +206,15 @@ void run_one(const Case& c, int rep, uint64_t seed) {
         const int64_t took = elapsed_ms(start);
         const std::string message = zrt_last_error();
         const std::string dead = "rank " + std::to_string(victim);
-        const char* outcome = status == ZRT_SUCCESS                     ? "completed"
-                              : message.find(dead) != std::string::npos ? "named"
-                                                                        : "other";
+        const SurvivorOutcome seen = status == ZRT_SUCCESS                     ? kCompleted
+                                     : message.find(dead) != std::string::npos ? kNamed
+                                                                               : kOther;
+        shared.set(rank, seen);
+        const char* outcome = seen == kCompleted ? "completed" : seen == kNamed ? "named" : "other";
         std::fprintf(stderr,
-                     "KILL case=%s rep=%d victim=%d delay_us=%d rank=%d outcome=%s ms=%lld "
+                     "KILL case=%s rep=%d victim=%d kill_at=%.2f rank=%d outcome=%s ms=%lld "
                      "status=%s message=%s\n",
-                     name.c_str(), rep, victim, delay_us, rank, outcome,
+                     name.c_str(), rep, victim, kill_at, rank, outcome,
                      static_cast<long long>(took), zrt_status_string(status), message.c_str());
         if (status != ZRT_SUCCESS) {
           EXPECT_TRUE(status == ZRT_REMOTE_ERROR || status == ZRT_TIMEOUT)
@@ -180,15 +237,16 @@ void run_one(const Case& c, int rep, uint64_t seed) {
       EXPECT_EQ(outcome.signal, SIGKILL) << name << ": the victim " << outcome.describe();
     } else {
       // A crash (SIGSEGV, SIGABRT) or a hang of a survivor is what this test exists to catch.
-      EXPECT_TRUE(outcome.passed()) << name << " rep " << rep << " victim " << victim << " delay "
-                                    << delay_us << " us: " << outcome.describe();
+      EXPECT_TRUE(outcome.passed()) << name << " rep " << rep << " victim " << victim
+                                    << " kill at " << kill_at << ": " << outcome.describe();
       if (outcome.signal != 0 || outcome.timed_out) {
-        std::fprintf(stderr, "KILL case=%s rep=%d victim=%d delay_us=%d rank=%d outcome=%s\n",
-                     name.c_str(), rep, victim, delay_us, outcome.rank,
+        std::fprintf(stderr, "KILL case=%s rep=%d victim=%d kill_at=%.2f rank=%d outcome=%s\n",
+                     name.c_str(), rep, victim, kill_at, outcome.rank,
                      outcome.timed_out ? "hang" : "crash");
       }
     }
   }
+  return {.killed_inside = shared.of(victim) != kVictimReturned, .named = shared.any_named()};
 }
 
 class KillMatrix : public ::testing::TestWithParam<Case> {};
@@ -197,7 +255,18 @@ TEST_P(KillMatrix, SurvivorsNameTheDeadRank) {
   const Case c = GetParam();
   const int reps = repetitions();
   const uint64_t base = std::random_device{}();
-  for (int rep = 0; rep < reps; ++rep) run_one(c, rep, base + static_cast<uint64_t>(rep));
+  int inside = 0, named = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    const Repetition result = run_one(c, rep, base + static_cast<uint64_t>(rep));
+    inside += result.killed_inside ? 1 : 0;
+    named += result.named ? 1 : 0;
+  }
+  std::printf("%s: %d of %d repetitions killed the victim mid-collective, %d had a survivor "
+              "name it (seed %llu)\n",
+              case_name(c).c_str(), inside, reps, named, static_cast<unsigned long long>(base));
+  EXPECT_GT(2 * inside, reps)
+      << case_name(c) << ": in most repetitions the victim returned from the collective before "
+      << "the kill, so a death mid-collective was not tested";
 }
 
 std::vector<Case> all_cases() {
