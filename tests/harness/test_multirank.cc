@@ -1,16 +1,12 @@
 // The harness itself: a rank that skips is reported as skipped, with its reason, by run_ranks
 // and by the parent test of expect_ranks_pass (never as a pass); a rank that fails and skips is
 // a failure.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 
 #include "tests/harness/multirank.h"
+#include "tests/tools/run_command.h"
 
 namespace zrt::testing {
 namespace {
@@ -50,21 +46,12 @@ TEST(HarnessChild, DISABLED_OneRankSkips) {
 }
 
 TEST(ExpectRanksPass, ASkipInsideARankSkipsTheParentTest) {
-  // popen runs a shell, whose /proc/self is the shell's: name this binary by its pid instead.
-  const std::string command = "/proc/" + std::to_string(getpid()) +
-                              "/exe --gtest_also_run_disabled_tests "
-                              "--gtest_filter=HarnessChild.DISABLED_OneRankSkips 2>&1";
-  FILE* child = popen(command.c_str(), "r");
-  ASSERT_NE(child, nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t got = 0;
-  while ((got = fread(buffer.data(), 1, buffer.size(), child)) > 0) {
-    output.append(buffer.data(), got);
-  }
-  const int status = pclose(child);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  const CommandResult child = run_command(
+      {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+       "--gtest_filter=HarnessChild.DISABLED_OneRankSkips"});
+  const std::string output = child.out + child.err;
+  ASSERT_FALSE(child.timed_out) << output;
+  EXPECT_EQ(child.exit_code, 0) << output;
   EXPECT_NE(output.find("[  SKIPPED ] HarnessChild.DISABLED_OneRankSkips"), std::string::npos)
       << output;
   EXPECT_NE(output.find("rank 2 skipped: the third rank's reason"), std::string::npos) << output;
