@@ -26,6 +26,10 @@
 // (the path before stable addresses, docs/ARCHITECTURE.md#stable-unit-addresses): the ratio of
 // the two is what mapping each fetched unit at its own address costs.
 //
+// BENCH_OVERLAP_GRAD_WINDOWS=1 (or 2) runs the managers with that many gradient staging windows,
+// BENCH_OVERLAP_STEP_BACKUP=0, 1 or 2 with that step_backup (the optimizer here is the
+// framework's callback, so the segment backup copies each segment before calling it).
+//
 // BENCH_OVERLAP_TIMELINE=1 prints, for rank 0's median step of each run, every call of the
 // training thread with its start and duration, and the total per kind of call.
 //
@@ -106,6 +110,12 @@ Model build(zrt_comm_t comm, int stage, int units, size_t numel, int slots, bool
   config.persistence_threshold = 0;
   config.bucket_bytes = numel * 4 / 2;  // two buckets per unit
   config.prefetch_next_step = 1;        // a training loop: another step always follows
+  // BENCH_OVERLAP_GRAD_WINDOWS=1|2 sets config.grad_windows (one window against two);
+  // BENCH_OVERLAP_STEP_BACKUP=0|1|2 config.step_backup (none, full, segment).
+  static const char* windows = zrt::read_environment("BENCH_OVERLAP_GRAD_WINDOWS");
+  if (windows != nullptr) config.grad_windows = std::atoi(windows);
+  static const char* backup = zrt::read_environment("BENCH_OVERLAP_STEP_BACKUP");
+  if (backup != nullptr) config.step_backup = std::atoi(backup);
   Model m;
   m.units = units;
   CHECK_ZRT(zrt_partition_create(comm, &config, &m.pm));

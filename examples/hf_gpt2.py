@@ -107,6 +107,7 @@ if rank == 0:
           f"{len(sharded.units)} units; model state per rank "
           f"{memory['model_state'] / 1024:.0f} KiB (ZeRO formula "
           f"{memory['theoretical_model_state'] / 1024:.0f} KiB)", flush=True)
+    print(f"hf_gpt2: {sharded.footprint()}", flush=True)
 
 generator = torch.Generator().manual_seed(1 + rank)
 times = []

@@ -110,6 +110,7 @@ if rank == 0:
           f"{world} ranks, {len(sharded.units)} units; model state per rank "
           f"{memory['model_state'] / 1024:.0f} KiB (ZeRO formula "
           f"{memory['theoretical_model_state'] / 1024:.0f} KiB)", flush=True)
+    print(f"torch_train: {sharded.footprint()}", flush=True)
 
 generator = torch.Generator().manual_seed(1 + rank)
 times = []

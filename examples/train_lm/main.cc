@@ -5,9 +5,10 @@
 //   zrt-run -n 2 train_lm --stage 3 --steps 40
 //
 // Per step it prints the loss and tokens/s; at the end each rank's zrt memory per category
-// beside the ZeRO formula, and bytes sent per step beside 2P(N-1)/N or 3P(N-1)/N. It exits
-// non-zero when the loss did not fall or a figure disagrees with its formula, so it doubles as
-// an end-to-end test.
+// beside the ZeRO formula, its measured peak RSS growth beside zrt's total (rss.h), and bytes
+// sent per step beside 2P(N-1)/N or 3P(N-1)/N. It exits non-zero when the loss did not fall or
+// a figure disagrees with its formula (the RSS growth with --check-rss), so it doubles as an
+// end-to-end test.
 #include <cblas.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "kernels.h"
 #include "model.h"
 #include "options.h"
+#include "rss.h"
 #include "zrt/zrt.h"
 
 namespace train_lm {
@@ -67,6 +69,9 @@ zrt_status_t adamw_callback(const zrt_optimizer_args_t* args, void* user_data) {
   return ZRT_SUCCESS;
 }
 
+// --check-rss: how far the measured growth may be from zrt's total.
+constexpr double kRssTolerance = 0.05;
+
 double bytes_of(zrt_dtype_t dtype) {
   size_t bytes = 0;
   zrt_dtype_size(dtype, &bytes);
@@ -83,11 +88,13 @@ std::string human_bytes(double bytes) {
   return text;
 }
 
-// The end-of-run figures: memory per category beside the ZeRO formula, bytes sent per step
-// beside 2P(N-1)/N or 3P(N-1)/N, and the loss trend. Returns the exit status.
+// The end-of-run figures: memory per category beside the ZeRO formula, the measured peak RSS
+// growth beside zrt's total, bytes sent per step beside 2P(N-1)/N or 3P(N-1)/N, and the loss
+// trend. Returns the exit status.
 int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_stream_t stream,
            zrt_partition_t pm, int rank, int size, size_t parameters,
-           const std::vector<double>& losses, double seconds, const Model& model, int first_step) {
+           const std::vector<double>& losses, double seconds, const Model& model, int first_step,
+           const RssProbe& rss) {
   zrt_partition_memory_t memory;
   memory.size = sizeof(memory);
   CHECK_ZRT(zrt_partition_memory(pm, &memory));
@@ -189,6 +196,14 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
                                hpz_intra_per_step <= hpz_intra_padded + 0.5);
   const bool memory_ok = memory.model_state + 0.5 >= memory.theoretical_model_state &&
                          memory.model_state <= memory.theoretical_model_state * padding + 0.5;
+  // What the kernel saw against what zrt reports (rss.h). The peers' pages mapped here are
+  // in their owners' totals; the residual is what neither figure names.
+  const double mib = 1 << 20;
+  const double rss_own = rss.growth() - rss.peers_grown();
+  const double rss_total = static_cast<double>(memory.total);
+  const double rss_ratio = rss_total > 0 ? rss_own / rss_total : 0.0;
+  const bool rss_ok =
+      !options.check_rss || (rss.known() && std::fabs(rss_ratio - 1.0) <= kRssTolerance);
 
   for (int r = 0; r < size; ++r) {
     // Ranks print in turn (a barrier each) so their tables do not interleave.
@@ -204,6 +219,40 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
           human_bytes(memory.grad_staging).c_str(), rank, human_bytes(memory.model_state).c_str(),
           human_bytes(memory.theoretical_model_state).c_str(), padding,
           memory_ok ? "ok" : "MISMATCH");
+      // The whole footprint beside the formula: the buffers and the step backup come on top
+      // of the model state. With offload both figures sum the device and the host side.
+      const std::string where =
+          memory.host_total > 0 ? " (device " + human_bytes(memory.device_total) + ", host " +
+                                      human_bytes(memory.host_total) + ")"
+                                : "";
+      std::printf("rank %d zrt total %s%s, step backup %s; total / ZeRO formula %.2fx\n", rank,
+                  human_bytes(memory.total).c_str(), where.c_str(),
+                  human_bytes(memory.step_backup).c_str(),
+                  memory.theoretical_model_state > 0
+                      ? static_cast<double>(memory.total) / memory.theoretical_model_state
+                      : 0.0);
+      if (!options.check_rss) {
+        // Small models' totals drown in allocator and thread noise: measured on request.
+      } else if (rss.known()) {
+        std::printf(
+            "rank %d measured peak RSS growth %.1f MiB - peers' memory mapped here %.1f MiB = "
+            "%.1f MiB, zrt total %.1f MiB: %.3fx, residual %+.1f MiB%s\n",
+            rank, rss.growth() / mib, rss.peers_grown() / mib, rss_own / mib, rss_total / mib,
+            rss_ratio, (rss_own - rss_total) / mib,
+            !options.check_rss ? ""
+            : rss_ok           ? " (ok)"
+                               : " (MISMATCH)");
+      } else {
+        std::printf("rank %d measured peak RSS: /proc/self has no VmRSS, VmHWM or smaps\n", rank);
+      }
+      if (!rss_ok) {
+        std::fprintf(stderr,
+                     "train_lm: rank %d: --check-rss: measured peak RSS growth %.1f MiB (%.1f MiB "
+                     "without peers' memory) is %.3fx zrt's total of %.1f MiB, more than %.0f %% "
+                     "off\n",
+                     rank, rss.growth() / mib, rss_own / mib, rss_ratio, rss_total / mib,
+                     kRssTolerance * 100);
+      }
       std::printf("rank %d sent %s per step; formula %s%s (padded %s): %s\n", rank,
                   human_bytes(bytes_per_step).c_str(), human_bytes(traffic_formula).c_str(),
                   hpz                  ? " = 2P(N-1)/N (hpZ)"
@@ -231,7 +280,7 @@ int report(const Options& options, zrt_comm_t comm, zrt_comm_t side_comm, zrt_st
     CHECK_ZRT(zrt_barrier(side_comm, stream));
     CHECK_ZRT(zrt_stream_synchronize(stream));
   }
-  ok = ok && traffic_ok && memory_ok && inter_ok && hpz_ok;
+  ok = ok && traffic_ok && memory_ok && inter_ok && hpz_ok && rss_ok;
 
   const size_t window = std::min<size_t>(5, losses.size());
   double first = 0.0;
@@ -284,7 +333,43 @@ int run(const Options& options) {
   ModelShape shape;
   shape.vocab = corpus.vocab_size();
   shape.context = options.context;
+  if (options.blocks > 0 || options.width > 0) {
+    const int blocks = options.blocks > 0 ? options.blocks : 2;
+    const int width = options.width > 0 ? options.width : 256;
+    shape.inner.assign(blocks, width);
+    shape.outer.assign(blocks, width);
+  }
   Model model(shape, local_batch, options.checkpoint_activations);
+
+  // This program's own buffers are all allocated (and zeroed, so resident) before the RSS
+  // baseline below: then the growth from there on is zrt's alone. They live to the end, since
+  // a buffer freed after the baseline would hide as much of zrt's growth.
+  size_t largest = 0;
+  for (int u = 0; u < model.unit_count(); ++u) {
+    for (const TensorSpec& spec : model.unit_tensors(u)) largest = std::max(largest, spec.numel);
+  }
+  std::vector<float> values(largest);  // one tensor's initial values at a time
+  // f32 views of the parameters and gradients of one unit (bf16 runs convert: this program's
+  // kernels compute in f32, as a CPU framework would).
+  const bool f32 = options.dtype == ZRT_F32;
+  std::vector<std::vector<float>> param_f32(4, std::vector<float>(f32 ? 0 : largest));
+  std::vector<std::vector<float>> grad_f32(4, std::vector<float>(f32 ? 0 : largest));
+  std::vector<int32_t> inputs(static_cast<size_t>(local_batch) * options.context);
+  std::vector<int32_t> targets(local_batch);
+  std::vector<double> losses;
+  losses.reserve(options.steps);
+  // The example's own reductions (the loss) go through a communicator of their own, so that
+  // comm's counters hold exactly the partition manager's traffic. Made before the baseline too:
+  // a communicator's setup is not the partition manager's memory.
+  zrt_comm_t side_comm = nullptr;
+  CHECK_ZRT(zrt_comm_split(comm, 0, rank, nullptr, &side_comm));
+  zrt_stream_t loss_stream = nullptr;
+  CHECK_ZRT(zrt_stream_create(side_comm, ZRT_MEM_HOST, &loss_stream));
+  // A stream takes its staging memory at its first collective: the loss stream's is this
+  // program's, so it takes it now.
+  double warm_up = 0.0;
+  CHECK_ZRT(zrt_all_reduce(side_comm, &warm_up, &warm_up, 1, ZRT_F64, ZRT_SUM, loss_stream));
+  CHECK_ZRT(zrt_stream_synchronize(loss_stream));
 
   // --- register the model with zrt -------------------------------------------------------
   zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
@@ -323,17 +408,16 @@ int run(const Options& options) {
       tensors[u].push_back(tensor);
     }
   }
+  RssProbe rss;
+  rss.take_baseline();
   CHECK_ZRT(zrt_partition_finalize(pm));
 
   size_t parameters = 0;
-  size_t largest = 0;
   for (int u = 0; u < model.unit_count(); ++u) {
     for (size_t t = 0; t < tensors[u].size(); ++t) {
-      std::vector<float> values(tensors[u][t].numel);
       model.init_tensor(options.seed, u, static_cast<int>(t), values.data());
       CHECK_ZRT(zrt_partition_load_param(pm, tensors[u][t].param, values.data(), ZRT_F32));
       parameters += tensors[u][t].numel;
-      largest = std::max(largest, tensors[u][t].numel);
     }
   }
   optimizer.adamw.learning_rate = options.learning_rate;
@@ -365,11 +449,6 @@ int run(const Options& options) {
     return status;
   };
 
-  // f32 views of the parameters and gradients of one unit (bf16 runs convert: this program's
-  // kernels compute in f32, as a CPU framework would).
-  const bool f32 = options.dtype == ZRT_F32;
-  std::vector<std::vector<float>> param_f32(4, std::vector<float>(f32 ? 0 : largest));
-  std::vector<std::vector<float>> grad_f32(4, std::vector<float>(f32 ? 0 : largest));
   auto param_views = [&](int u, const float** views) -> zrt_status_t {
     for (size_t t = 0; t < tensors[u].size(); ++t) {
       void* data = nullptr;
@@ -385,16 +464,7 @@ int run(const Options& options) {
     return ZRT_SUCCESS;
   };
 
-  // The example's own reductions (the loss) go through a communicator of their own, so that
-  // comm's counters hold exactly the partition manager's traffic.
-  zrt_comm_t side_comm = nullptr;
-  CHECK_ZRT(zrt_comm_split(comm, 0, rank, nullptr, &side_comm));
-  zrt_stream_t loss_stream = nullptr;
-  CHECK_ZRT(zrt_stream_create(side_comm, ZRT_MEM_HOST, &loss_stream));
   CHECK_ZRT(zrt_comm_stats_reset(comm));
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> targets;
-  std::vector<double> losses;
   const float grad_scale = 1.0f / static_cast<float>(local_batch * options.micro_batches);
   const auto run_start = std::chrono::steady_clock::now();
 
@@ -498,8 +568,9 @@ int run(const Options& options) {
   }
   const double total_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  rss.take_peak();
   const int status = report(options, comm, side_comm, loss_stream, pm, rank, size, parameters,
-                            losses, total_seconds, model, first_step);
+                            losses, total_seconds, model, first_step, rss);
   CHECK_ZRT(zrt_comm_destroy(side_comm));
   CHECK_ZRT(zrt_comm_destroy(comm));
   return status;

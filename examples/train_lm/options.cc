@@ -45,6 +45,9 @@ const char* usage() {
          "  --prefetch N                stage-3 prefetch depth in units           [1]\n"
          "  --persistence-threshold N   stage-3 params below N elements stay gathered [0]\n"
          "  --checkpoint-activations    recompute block activations in backward\n"
+         "  --blocks K                  model blocks, each --width wide           [2]\n"
+         "  --width W                   block width (neither flag: model.h's two\n"
+         "                              blocks, 256x192 and 160x96)               [256]\n"
          "  --lr X                      AdamW learning rate                       [3e-3]\n"
          "  --clip X                    clip the global gradient norm to X        [off]\n"
          "  --optimizer NAME            own (train_lm's AdamW), or zrt's fused zrt-adamw,\n"
@@ -62,7 +65,11 @@ const char* usage() {
          "  --save DIR                  save a sharded checkpoint every K steps and at the end\n"
          "  --save-every K              steps between checkpoints (0 = only at the end) [10]\n"
          "  --resume DIR                load DIR's checkpoint (any N, stage) and continue to\n"
-         "                              --steps\n";
+         "                              --steps\n"
+         "  --check-rss                 print the peak RSS growth from finalize on beside\n"
+         "                              zrt's memory total, and fail when more than 5 % off\n"
+         "                              (a model of hundreds of MiB: --blocks, --width; no\n"
+         "                              --resume)\n";
 }
 
 bool parse_options(int argc, char** argv, Options* options, std::string* error) {
@@ -134,6 +141,14 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
       options->persistence_threshold = static_cast<size_t>(integer);
     } else if (flag == "--checkpoint-activations") {
       options->checkpoint_activations = true;
+    } else if (flag == "--blocks") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, 1, 256, &integer)) return bad("expected 1..256 blocks");
+      options->blocks = static_cast<int>(integer);
+    } else if (flag == "--width") {
+      if (!value(&text)) return false;
+      if (!parse_int(text, 1, 1 << 16, &integer)) return bad("expected a width of 1..65536");
+      options->width = static_cast<int>(integer);
     } else if (flag == "--lr") {
       if (!value(&text)) return false;
       if (!parse_double(text, 0, 10, &real)) return bad("expected a learning rate in [0, 10]");
@@ -182,6 +197,8 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
     } else if (flag == "--resume") {
       if (!value(&text)) return false;
       options->resume_dir = text;
+    } else if (flag == "--check-rss") {
+      options->check_rss = true;
     } else {
       *error = "unknown option " + flag;
       return false;
@@ -189,6 +206,12 @@ bool parse_options(int argc, char** argv, Options* options, std::string* error) 
   }
   if (options->batch % options->micro_batches != 0) {
     *error = "--batch must be divisible by --micro-batches";
+    return false;
+  }
+  if (options->check_rss && !options->resume_dir.empty()) {
+    // zrt_partition_load maps the checkpoint's files while it reads them: their pages would
+    // count in the peak as if they were zrt's buffers.
+    *error = "--check-rss measures a run from finalize on: not with --resume";
     return false;
   }
   if (options->in_backward && !options->offload) {

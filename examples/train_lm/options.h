@@ -22,6 +22,10 @@ struct Options {
   int hpz = 0;          // --hpz H (stage 3 secondary copy): 0 off, -1 one host's ranks
   bool checkpoint_activations = false;
   int context = 8;
+  // The model's size: --blocks K and --width W make K blocks of W units each (either flag alone
+  // takes 2 blocks or width 256 for the other); both 0 keep model.h's two-block default.
+  int blocks = 0;
+  int width = 0;
   float learning_rate = 3e-3f;
   double clip = 0.0;              // clip the global gradient norm to this (0 = off)
   std::string optimizer = "own";  // or zrt-adamw, zrt-adam, zrt-sgd, zrt-lion (fused_optimizer.h)
@@ -37,6 +41,10 @@ struct Options {
   std::string save_dir;    // --save DIR: save every save_every steps and at the end
   int save_every = 10;     // --save-every K (0: only at the end)
   std::string resume_dir;  // --resume DIR: continue from the checkpoint's step to --steps
+  // --check-rss: fail when the measured peak RSS growth from finalize on (rss.h) is more than
+  // 5 % off zrt's memory total; meaningful only where zrt's buffers dominate the process (a
+  // model of hundreds of MiB).
+  bool check_rss = false;
   bool help = false;
 };
 

@@ -487,6 +487,17 @@ typedef struct zrt_partition* zrt_partition_t;
  * mesh), replicate across hosts; hpz_group_size: the secondary copy among them. */
 #define ZRT_SHARD_GROUP_HOST (-1)
 
+/* zrt_partition_config_t.step_backup: what zrt keeps so that a step whose optimizer callback
+ * fails can be undone (zrt_partition_step states what each leaves). */
+typedef enum zrt_step_backup ZRT_ENUM_TYPE {
+  ZRT_STEP_BACKUP_NONE = 0,    /* nothing: a failing callback's writes stay; reload a checkpoint */
+  ZRT_STEP_BACKUP_FULL = 1,    /* a copy of master + state: the whole step rolls back everywhere */
+  ZRT_STEP_BACKUP_SEGMENT = 2, /* one segment's slice of master + state (constant size): the
+                                  callback runs per segment and a failure leaves the step
+                                  resumable; offload_optimizer keeps the full copy instead */
+  ZRT_STEP_BACKUP_COUNT = 3
+} zrt_step_backup_t;
+
 typedef struct zrt_partition_config {
   size_t size;                  /* sizeof(zrt_partition_config_t) as the caller compiled it */
   uint32_t magic;               /* ZRT_CONFIG_MAGIC */
@@ -505,8 +516,8 @@ typedef struct zrt_partition_config {
   zrt_mem_kind_t mem_kind;      /* where the buffers live: ZRT_MEM_HOST or ZRT_MEM_CUDA */
   int no_sync_accumulation;     /* stages 2/3, 1: keep full local gradients so that micro-batches
                                    may skip the reduction (zrt_partition_set_sync(pm, 0)) */
-  int step_backup;              /* 1: keep a copy of master + optimizer state so that a step whose
-                                   optimizer fails is rolled back on every rank; 0 or 1 */
+  int step_backup;              /* what a step whose optimizer fails can undo, a
+                                   zrt_step_backup_t (see zrt_partition_step) */
   int prefetch_next_step;       /* stage 3, 1: zrt_partition_step ends by gathering the first
                                    units of the next forward; 0 or 1 */
   int offload_optimizer;        /* stages 1-3, 1: master, optimizer state and the step backup
@@ -535,6 +546,11 @@ typedef struct zrt_partition_config {
                                    world spans hosts of equal counts, else off. Finalize splits
                                    comm (collective). ZRT_MEM_HOST; shard_group_size flat.
                                    Structs of 120 bytes (older) read it as 0 */
+  int grad_windows;             /* gradient staging windows, each of the largest unit: 2 lets the
+                                   framework write a unit's gradients while the last unit's
+                                   are still read by their reduction, 1 makes grad_data wait for
+                                   it and saves a window; 0 = 2 on host memory where the
+                                   reductions read the windows after grad_ready, else 1 */
 } zrt_partition_config_t;
 
 /* The defaults; docs/API.md says why each is what it is. */
@@ -556,12 +572,13 @@ typedef struct zrt_partition_config {
         128,                        /* alignment (elements) */             \
         ZRT_MEM_HOST,               /* mem_kind */                         \
         0,                          /* no_sync_accumulation */             \
-        1,                          /* step_backup */                      \
+        ZRT_STEP_BACKUP_SEGMENT,    /* step_backup */                      \
         0,                          /* prefetch_next_step */               \
         0,                          /* offload_optimizer */                \
         0,                          /* grad_accumulate */                  \
         0,                          /* shard_group_size: flat */           \
-        0                           /* hpz_group_size: off */              \
+        0,                          /* hpz_group_size: off */              \
+        0                           /* grad_windows: by the memory */      \
   }
 
 /* Writes the defaults of ZRT_PARTITION_CONFIG_INIT into the first `size` bytes of *config,
@@ -759,29 +776,40 @@ typedef struct zrt_optimizer_args {
 /* Returns ZRT_SUCCESS, or an error that zrt_partition_step passes on: preferably
  * zrt_callback_error("why"), whose message every rank then sees. With ZRT_MEM_CUDA the
  * pointers are device pointers, and the callback's kernels must be ordered before its return
- * (see docs/API.md). With offload_optimizer = 1 it is called once per segment, on the training
- * thread, with that segment's slice: the arrays and count are the slice's, pieces those within
- * it (shard_offset from the slice's start), step the same in every call of the step; pointers
- * are host memory whatever mem_kind. param_spans is then one span, the slice's parameters,
- * where they are host memory and step_backup can undo them (else NULL, and params_written
- * NULL). The update must be element-wise or per piece; a norm over the whole shard comes from
- * zrt_partition_grad_norm before the step. */
+ * (see docs/API.md). With step_backup = ZRT_STEP_BACKUP_SEGMENT (the default) or
+ * offload_optimizer = 1 it is called once per segment, on the training thread, with that
+ * segment's slice: the arrays and count are the slice's, pieces those within it (shard_offset
+ * from the slice's start), step the same in every call of the step, segments in shard order.
+ * param_spans is then one span, the slice's parameters (with offload: only where they are host
+ * memory and step_backup can undo them, else NULL and params_written NULL; offloaded arrays are
+ * host memory whatever mem_kind). The update must be element-wise or per piece; a norm over
+ * the whole shard comes from zrt_partition_grad_norm before the step. */
 typedef zrt_status_t (*zrt_optimizer_fn)(const zrt_optimizer_args_t* args, void* user_data);
 
-/* Waits for all reductions, calls `optimizer` once with the local shard (user_data passed
- * through), then starts publishing the updated parameters and returns without waiting for
- * them; the gradients are then clear for the next step. All or nothing: an error leaves
- * master, optimizer state, parameters, gradients and step count as before the call on every
- * rank (with step_backup = 0, only for failures before the optimizer), and every rank returns
- * an error. Success commits the step. Collective. Errors: ZRT_INVALID_ARGUMENT (NULL
- * optimizer), ZRT_INVALID_USAGE (some unit's gradients missing, no synchronised micro-batch,
- * units still fetched), the optimizer's status (of the lowest failing rank; ZRT_CALLBACK_ERROR
- * with the message of zrt_callback_error, or naming a value outside zrt_status_t, on every
- * rank), ZRT_REMOTE_ERROR (naming the ranks that failed); after
+/* Waits for all reductions, calls `optimizer` on the local shard (user_data passed through),
+ * then starts publishing the updated parameters and returns without waiting for them; the
+ * gradients are then clear for the next step. Success commits the step. Collective.
+ * A failure before any optimizer ran (usage, a reduction, a peer) leaves master, optimizer
+ * state, parameters, gradients and step count as they were on every rank, and every rank
+ * returns an error. A callback failing on some rank is reported on every rank (the lowest
+ * failing rank's status, naming all of them), none publishes, and what it leaves depends on
+ * step_backup:
+ *   ZRT_STEP_BACKUP_FULL: every rank restores master and state: nothing happened.
+ *   ZRT_STEP_BACKUP_SEGMENT: the failing segment is restored; on each rank the segments before
+ *     it hold the update and those after it do not (the message names the segment). The step
+ *     is interrupted: calling zrt_partition_step again with the same optimizer resumes each
+ *     rank at its restored segment (the gradients are kept), and gives the same bits as an
+ *     uninterrupted step; zrt_partition_load discards it instead. Until then fetch,
+ *     grad_data, set_sync, load_param and save fail with ZRT_INVALID_USAGE.
+ *   ZRT_STEP_BACKUP_NONE: master and state are as the callbacks left them; reload a checkpoint.
+ * Errors: ZRT_INVALID_ARGUMENT (NULL optimizer), ZRT_INVALID_USAGE (some unit's gradients
+ * missing, no synchronised micro-batch, units still fetched), the optimizer's status
+ * (ZRT_CALLBACK_ERROR with the message of zrt_callback_error, or naming a value outside
+ * zrt_status_t, on every rank), ZRT_REMOTE_ERROR (naming the ranks that failed); after
  * zrt_partition_step_in_backward, ZRT_INVALID_ARGUMENT also for another optimizer or user_data
  * than it was given. With offload_optimizer = 1 each segment's optimizer runs as its reduction
- * finishes, before all reductions are known to have succeeded; with a backup any failure on any
- * rank still restores every rank, and every rank returns the lowest failing rank's status.
+ * finishes, before all reductions are known to have succeeded, so the backup is the full copy
+ * (ZRT_STEP_BACKUP_SEGMENT included): any failure on any rank restores every rank.
  * docs/API.md details the transaction. */
 ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer,
                                         void* user_data);
@@ -798,7 +826,7 @@ ZRT_API zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn opt
  * no set_sync(0), load_param or checkpoint, no fetch of a unit after its grad_ready, and no
  * micro-batch after the armed one. Local.
  * Errors: ZRT_INVALID_ARGUMENT (NULL optimizer), ZRT_INVALID_USAGE (offload_optimizer or
- * step_backup is 0, already armed, in the middle of a backward, set_sync(0) pending),
+ * step_backup is 0 (NONE), already armed, in the middle of a backward, set_sync(0) pending),
  * ZRT_UNSUPPORTED (mem_kind ZRT_MEM_CUDA: zrt_partition_step alone overlaps there),
  * ZRT_SYSTEM_ERROR (zrt's thread could not start). */
 ZRT_API zrt_status_t zrt_partition_step_in_backward(zrt_partition_t pm, zrt_optimizer_fn optimizer,

@@ -63,6 +63,8 @@ MAX_DIMS = 8
 F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
 SUM, AVG, MIN, MAX, PROD = range(5)
 MEM_HOST, MEM_CUDA = 0, 1
+# zrt_step_backup_t
+STEP_BACKUP_NONE, STEP_BACKUP_FULL, STEP_BACKUP_SEGMENT = 0, 1, 2
 PARAM_DEFAULT, PARAM_FROZEN, PARAM_UNSHARDED = 0, 1, 2
 CONFIG_MAGIC = 0x7A72
 
@@ -101,7 +103,7 @@ class PartitionConfig(ctypes.Structure):
                 ("no_sync_accumulation", ctypes.c_int), ("step_backup", ctypes.c_int),
                 ("prefetch_next_step", ctypes.c_int), ("offload_optimizer", ctypes.c_int),
                 ("grad_accumulate", ctypes.c_int), ("shard_group_size", ctypes.c_int),
-                ("hpz_group_size", ctypes.c_int64)]
+                ("hpz_group_size", ctypes.c_int64), ("grad_windows", ctypes.c_int)]
 
 
 class ParamInfo(ctypes.Structure):

@@ -116,6 +116,11 @@ class Partition:
         call("zrt_partition_memory", self.handle, ctypes.byref(m))
         return {name: getattr(m, name) for name, _ in m._fields_ if name != "size"}
 
+    def footprint(self):
+        """One line: every byte this rank's manager holds (total; device and host with
+        offload) beside the ZeRO formula's model state, as zrt-mem and train_lm print it."""
+        return footprint_line(self.memory())
+
     def stats(self):
         s = _lib.PartitionStats()
         s.size = ctypes.sizeof(s)
@@ -147,3 +152,14 @@ class Partition:
         if self.handle:
             call("zrt_partition_destroy", self.handle)
             self.handle = ctypes.c_void_p()
+
+
+def footprint_line(memory):
+    """memory: a Partition.memory() dict. The buffers and the step backup come on top of the
+    model state; with offload_optimizer both figures sum the device and the host side."""
+    where = (f" (device {memory['device_total'] / 1024:.0f} KiB, host "
+             f"{memory['host_total'] / 1024:.0f} KiB)" if memory["host_total"] else "")
+    formula = memory["theoretical_model_state"]
+    ratio = f"{memory['total'] / formula:.2f}x" if formula > 0 else "-"
+    return (f"zrt total per rank {memory['total'] / 1024:.0f} KiB{where}; "
+            f"total / ZeRO formula {ratio}")

@@ -62,7 +62,7 @@ int main(void) {
   FIELD(zrt_comm_stats_t, internal, 40);
   FIELD(zrt_comm_stats_t, per_kind, 72);
 
-  SIZE(zrt_partition_config_t, 128);
+  SIZE(zrt_partition_config_t, 136);
   FIELD(zrt_partition_config_t, size, 0);
   FIELD(zrt_partition_config_t, magic, 8);
   FIELD(zrt_partition_config_t, version, 12);
@@ -85,6 +85,7 @@ int main(void) {
   FIELD(zrt_partition_config_t, grad_accumulate, 108);
   FIELD(zrt_partition_config_t, shard_group_size, 112);
   FIELD(zrt_partition_config_t, hpz_group_size, 120);
+  FIELD(zrt_partition_config_t, grad_windows, 128);
 
   SIZE(zrt_partition_traffic_t, 32);
   FIELD(zrt_partition_traffic_t, size, 0);

@@ -99,7 +99,7 @@ static void test_init_functions(void) {
   older = offsetof(zrt_partition_config_t, prefetch_next_step);
   memset(&part, POISON, sizeof part);
   CHECK_OK(zrt_partition_config_init(&part, older));
-  CHECK(part.size == older && part.step_backup == 1 && part.stage == 2);
+  CHECK(part.size == older && part.step_backup == ZRT_STEP_BACKUP_SEGMENT && part.stage == 2);
   CHECK(untouched(&part, older, sizeof part));
   older = offsetof(zrt_comm_config_t, name);
   memset(&comm, POISON, sizeof comm);

@@ -118,10 +118,67 @@ void expect_switch_loads(const Switch& sw) {
   EXPECT_EQ(back.*sw.field, 1 - on);
 }
 
+// step_backup is a choice of three: segment by default, each value kept, the rest refused by
+// name, in the struct and in JSON; older callers' structs get the default.
+TEST(PartitionConfig, StepBackupModes) {
+  EXPECT_EQ(PartitionOptions{}.step_backup, ZRT_STEP_BACKUP_SEGMENT);
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  EXPECT_EQ(config.step_backup, ZRT_STEP_BACKUP_SEGMENT);
+  for (int mode : {ZRT_STEP_BACKUP_NONE, ZRT_STEP_BACKUP_FULL, ZRT_STEP_BACKUP_SEGMENT}) {
+    PartitionOptions options;
+    config.step_backup = mode;
+    ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+    EXPECT_EQ(options.step_backup, mode);
+    zrt_partition_config_t back = ZRT_PARTITION_CONFIG_INIT;
+    partition_options_to_config(options, &back);
+    EXPECT_EQ(back.step_backup, mode);
+    PartitionOptions loaded;
+    const std::string json = R"({"step_backup": )" + std::to_string(mode) + "}";
+    ASSERT_TRUE(partition_options_apply_json(json, "t.json", &loaded).is_ok());
+    EXPECT_EQ(loaded.step_backup, mode);
+  }
+  PartitionOptions full;
+  full.step_backup = ZRT_STEP_BACKUP_FULL;
+  EXPECT_NE(partition_options_hash(full, 1), partition_options_hash(PartitionOptions{}, 1));
+  PartitionOptions options;
+  config.step_backup = ZRT_STEP_BACKUP_FULL;
+  config.size = offsetof(zrt_partition_config_t, step_backup);
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_EQ(options.step_backup, ZRT_STEP_BACKUP_SEGMENT);
+  for (int bad : {-1, 3, 7}) {
+    config = ZRT_PARTITION_CONFIG_INIT;
+    config.step_backup = bad;
+    const Status status = partition_options_from_config(&config, &options);
+    EXPECT_EQ(status.code(), ZRT_INVALID_ARGUMENT);
+    EXPECT_NE(status.message().find("config.step_backup"), std::string::npos) << status.message();
+  }
+  const Status bad_json = partition_options_apply_json(R"({"step_backup": 3})", "t.json", &options);
+  EXPECT_EQ(bad_json.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(bad_json.message().find("step_backup"), std::string::npos) << bad_json.message();
+}
+
+TEST(PartitionConfig, GradWindowsDefaultAndLoad) {
+  EXPECT_EQ(PartitionOptions{}.grad_windows, 0);
+  zrt_partition_config_t config = ZRT_PARTITION_CONFIG_INIT;
+  EXPECT_EQ(config.grad_windows, 0);
+  PartitionOptions options;
+  config.grad_windows = 1;
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_EQ(options.grad_windows, 1);
+  config.grad_windows = 3;
+  const Status bad = partition_options_from_config(&config, &options);
+  EXPECT_EQ(bad.code(), ZRT_INVALID_ARGUMENT);
+  EXPECT_NE(bad.message().find("config.grad_windows"), std::string::npos) << bad.message();
+  config.size = offsetof(zrt_partition_config_t, grad_windows);  // an older caller's struct
+  ASSERT_TRUE(partition_options_from_config(&config, &options).is_ok());
+  EXPECT_EQ(options.grad_windows, 0);
+  PartitionOptions loaded;
+  ASSERT_TRUE(partition_options_apply_json(R"({"grad_windows": 2})", "t.json", &loaded).is_ok());
+  EXPECT_EQ(loaded.grad_windows, 2);
+  EXPECT_NE(partition_options_hash(loaded, 1), partition_options_hash(PartitionOptions{}, 1));
+}
+
 TEST(PartitionConfig, SwitchesDefaultAndLoad) {
-  expect_switch_loads({"step_backup", &zrt_partition_config_t::step_backup,
-                       &PartitionOptions::step_backup,
-                       offsetof(zrt_partition_config_t, step_backup), true});
   expect_switch_loads({"prefetch_next_step", &zrt_partition_config_t::prefetch_next_step,
                        &PartitionOptions::prefetch_next_step,
                        offsetof(zrt_partition_config_t, prefetch_next_step), false});

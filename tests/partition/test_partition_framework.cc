@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -70,6 +71,7 @@ struct RunOptions {
   int micro_batches = 1;
   bool no_sync = false;  // micro-batches before the last skip the reduction
   int steps = 3;
+  int step_backup = ZRT_STEP_BACKUP_SEGMENT;
 };
 
 zrt_partition_t make_model(zrt_comm_t comm, const RunOptions& run, std::vector<int>* params) {
@@ -81,6 +83,7 @@ zrt_partition_t make_model(zrt_comm_t comm, const RunOptions& run, std::vector<i
   config.prefetch_depth = 1;
   config.grad_accumulate = run.accumulate ? 1 : 0;
   config.no_sync_accumulation = run.no_sync && run.stage >= 2 ? 1 : 0;
+  config.step_backup = run.step_backup;
   zrt_partition_t pm = nullptr;
   EXPECT_EQ(zrt_partition_create(comm, &config, &pm), ZRT_SUCCESS) << zrt_last_error();
   for (int u = 0; u < 3; ++u) {
@@ -412,6 +415,7 @@ void callback_error_body(int rank, int /*size*/) {
   zrt_comm_t comm = make_comm();
   RunOptions run;
   run.stage = 1;
+  run.step_backup = ZRT_STEP_BACKUP_FULL;  // every rank restored, so any optimizer may retry
   std::vector<int> params;
   zrt_partition_t pm = make_model(comm, run, &params);
   backward(pm, params);
@@ -435,6 +439,140 @@ void callback_error_body(int rank, int /*size*/) {
 
 TEST(PartitionFramework, CallbackErrorsCarryTheirMessageToEveryRank) {
   expect_ranks_pass(2, callback_error_body);
+}
+
+// --- An interrupted step (step_backup = segment) ------------------------------------------------
+
+// SGD per segment that fails once, on one rank, at its `fail_at`-th call of the step.
+struct Flaky {
+  int rank = 0;
+  int fail_rank = -1;
+  int fail_at = -1;
+  int calls = 0;
+};
+
+zrt_status_t flaky_sgd(const zrt_optimizer_args_t* a, void* user_data) {
+  auto* flaky = static_cast<Flaky*>(user_data);
+  const int call = flaky->calls++;
+  if (flaky->rank == flaky->fail_rank && call == flaky->fail_at) {
+    // Half the segment written before the failure: the segment backup must undo it.
+    for (size_t i = 0; i < a->count / 2; ++i) a->master[i] = -1000.0f;
+    return zrt_callback_error("injected failure");
+  }
+  return sgd(a, nullptr);
+}
+
+// Every parameter, gathered, in registration order.
+std::vector<float> read_all_params(zrt_partition_t pm, const std::vector<int>& params) {
+  std::vector<float> all;
+  const auto& defs = model_params();
+  for (int u = 0; u < 3; ++u) {
+    EXPECT_EQ(zrt_partition_fetch(pm, u), ZRT_SUCCESS) << zrt_last_error();
+    for (size_t p = 0; p < defs.size(); ++p) {
+      if (defs[p].unit != u) continue;
+      void* data = nullptr;
+      EXPECT_EQ(zrt_partition_param_data(pm, params[p], &data), ZRT_SUCCESS) << zrt_last_error();
+      const float* values = static_cast<const float*>(data);
+      if (values != nullptr) all.insert(all.end(), values, values + defs[p].numel());
+    }
+    EXPECT_EQ(zrt_partition_release(pm, u), ZRT_SUCCESS) << zrt_last_error();
+  }
+  return all;
+}
+
+std::string g_interrupt_dir;  // made by the test before the ranks fork
+
+void interrupted_step_body(int rank, int /*size*/) {
+  zrt_comm_t comm = make_comm();
+  RunOptions run;
+  run.stage = 1;  // several segments (buckets), each rank's slice of each
+  std::vector<int> params;
+  zrt_partition_t pm = make_model(comm, run, &params);
+  zrt_partition_t reference = make_model(comm, run, &params);
+  const std::string checkpoint = g_interrupt_dir + "/before";
+  ASSERT_EQ(zrt_partition_save(pm, checkpoint.c_str()), ZRT_SUCCESS) << zrt_last_error();
+  const std::vector<float> before = read_all_params(pm, params);
+  backward(reference, params);
+  ASSERT_EQ(zrt_partition_step(reference, sgd, nullptr), ZRT_SUCCESS) << zrt_last_error();
+  const std::vector<float> stepped = read_all_params(reference, params);
+  ASSERT_NE(stepped, before);
+
+  // Rank 1's second segment fails: its first segment holds the update, the rest do not.
+  backward(pm, params);
+  Flaky flaky{rank, /*fail_rank=*/1, /*fail_at=*/1};
+  EXPECT_ZRT_ERROR(zrt_partition_step(pm, flaky_sgd, &flaky), ZRT_CALLBACK_ERROR,
+                   "rank 1: segment 1 of ");
+  EXPECT_TRUE(contains(zrt_last_error(), "injected failure")) << zrt_last_error();
+  EXPECT_TRUE(contains(zrt_last_error(), "the step is interrupted")) << zrt_last_error();
+  EXPECT_TRUE(contains(zrt_last_error(), "call zrt_partition_step again")) << zrt_last_error();
+  int64_t step = -1;
+  EXPECT_EQ(zrt_partition_get_step(pm, &step), ZRT_SUCCESS);
+  EXPECT_EQ(step, 0);
+  // Nothing may read or extend the half-stepped state until the step resumes or is dropped.
+  EXPECT_ZRT_ERROR(zrt_partition_fetch(pm, 0), ZRT_INVALID_USAGE, "was interrupted");
+  void* grad = nullptr;
+  EXPECT_ZRT_ERROR(zrt_partition_grad_data(pm, params[0], &grad), ZRT_INVALID_USAGE,
+                   "was interrupted");
+  const std::string save_dir = g_interrupt_dir + "/half";
+  EXPECT_NE(zrt_partition_save(pm, save_dir.c_str()), ZRT_SUCCESS);
+  // Another optimizer would finish the step differently: refused on every rank.
+  EXPECT_ZRT_ERROR(zrt_partition_step(pm, sgd, nullptr), ZRT_INVALID_ARGUMENT,
+                   "interrupted with");
+  // The same one resumes where each rank stopped: the bits of an uninterrupted step.
+  ASSERT_EQ(zrt_partition_step(pm, flaky_sgd, &flaky), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(zrt_partition_get_step(pm, &step), ZRT_SUCCESS);
+  EXPECT_EQ(step, 1);
+  EXPECT_EQ(read_all_params(pm, params), stepped);
+
+  // Interrupted again, then dropped by a load: back to the checkpoint, usable at once.
+  backward(pm, params);
+  Flaky again{rank, /*fail_rank=*/0, /*fail_at=*/0};
+  EXPECT_ZRT_ERROR(zrt_partition_step(pm, flaky_sgd, &again), ZRT_CALLBACK_ERROR,
+                   "the step is interrupted");
+  ASSERT_EQ(zrt_partition_load(pm, checkpoint.c_str()), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(read_all_params(pm, params), before);
+  backward(pm, params);
+  ASSERT_EQ(zrt_partition_step(pm, sgd, nullptr), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(read_all_params(pm, params), stepped);
+  EXPECT_EQ(zrt_partition_destroy(reference), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS);
+}
+
+TEST(PartitionFramework, InterruptedStepResumesToTheSameBitsOrIsDroppedByALoad) {
+  char pattern[] = "/tmp/zrt-interrupt-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  g_interrupt_dir = pattern;
+  expect_ranks_pass(2, interrupted_step_body);
+  std::filesystem::remove_all(g_interrupt_dir);
+}
+
+// A fused optimizer's config is checked before the first vote: a bad one on one rank stops
+// every rank before any optimizer ran, and the step is not interrupted.
+void fused_config_body(int rank, int /*size*/) {
+  zrt_comm_t comm = make_comm();
+  RunOptions run;
+  run.stage = 2;
+  std::vector<int> params;
+  zrt_partition_t pm = make_model(comm, run, &params);
+  backward(pm, params);
+  zrt_optimizer_config_t config = ZRT_OPTIMIZER_CONFIG_INIT(ZRT_OPTIMIZER_SGD);
+  config.lr = rank == 1 ? -1.0 : 0.1;
+  if (rank == 1) {
+    EXPECT_ZRT_ERROR(zrt_partition_step(pm, zrt_optimizer_sgd, &config), ZRT_INVALID_ARGUMENT,
+                     "zrt_optimizer_sgd's config");
+  } else {
+    EXPECT_ZRT_ERROR(zrt_partition_step(pm, zrt_optimizer_sgd, &config), ZRT_REMOTE_ERROR,
+                     "no rank ran its optimizer");
+  }
+  config.lr = 0.1;
+  EXPECT_EQ(zrt_partition_step(pm, zrt_optimizer_sgd, &config), ZRT_SUCCESS) << zrt_last_error();
+  EXPECT_EQ(zrt_partition_destroy(pm), ZRT_SUCCESS);
+  EXPECT_EQ(zrt_comm_destroy(comm), ZRT_SUCCESS);
+}
+
+TEST(PartitionFramework, FusedOptimizerConfigIsCheckedBeforeAnyRankSteps) {
+  expect_ranks_pass(2, fused_config_body);
 }
 
 // --- Reading parameters between steps ----------------------------------------------------------

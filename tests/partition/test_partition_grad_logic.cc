@@ -14,29 +14,19 @@ TEST(GradRoute, FullGradientsAccumulate) {
   RouteFacts facts;
   facts.full_grads = true;
   for (bool sync : {false, true}) {
-    for (bool fresh : {false, true}) {
-      facts.sync = sync;
-      facts.fresh = fresh;
-      facts.multi_rank = true;
-      facts.in_window = true;
-      EXPECT_EQ(route_segment(facts), GradRoute::kAccumulateFull);
-    }
+    facts.sync = sync;
+    facts.in_window = true;
+    EXPECT_EQ(route_segment(facts), GradRoute::kAccumulateFull);
   }
 }
 
-TEST(GradRoute, OnlyAFreshWholeSegmentOnSeveralRanksIsReducedFromTheWindow) {
+// Fresh or not, on one rank or several: the window is reduced in place (the first reduction
+// after a step straight into the shard, the later ones added there as from a bucket).
+TEST(GradRoute, AWholeSegmentIsReducedFromTheWindow) {
   RouteFacts facts;
   facts.sync = true;
-  facts.multi_rank = true;
-  facts.fresh = true;
   facts.in_window = true;
   EXPECT_EQ(route_segment(facts), GradRoute::kReduceFromWindow);
-  RouteFacts stale = facts;
-  stale.fresh = false;  // the shard holds gradients to add to
-  EXPECT_EQ(route_segment(stale), GradRoute::kCopyToBucket);
-  RouteFacts one_rank = facts;
-  one_rank.multi_rank = false;  // no reduce-scatter to deliver into the shard
-  EXPECT_EQ(route_segment(one_rank), GradRoute::kCopyToBucket);
   RouteFacts outside = facts;
   outside.in_window = false;
   EXPECT_EQ(route_segment(outside), GradRoute::kCopyToBucket);

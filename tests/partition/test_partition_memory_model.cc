@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace zrt {
@@ -79,6 +80,8 @@ TEST(PartitionMemoryModel, GeneralisedToDtypesAndSlots) {
   EXPECT_EQ(f.grad_staging, 4096u * 2 * 2);
 }
 
+// The full backup is one copy of master and state; the segment one (the default) a copy of the
+// largest segment's slice of them, which does not grow with the model; neither is model state.
 TEST(PartitionMemoryModel, StepBackupIsOneCopyOfMasterAndStateOutsideModelState) {
   std::vector<UnitSpec> units;
   std::vector<ParamSpec> params;
@@ -87,17 +90,57 @@ TEST(PartitionMemoryModel, StepBackupIsOneCopyOfMasterAndStateOutsideModelState)
     PartitionOptions o;
     o.stage = stage;
     o.optimizer_slots = 2;
-    MemoryFigures with, without;
-    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &with).is_ok());
-    o.step_backup = false;
-    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &without).is_ok());
+    o.bucket_bytes = 4096;  // several segments at every stage
+    o.persistence_threshold = 0;
+    MemoryFigures full, segment, none;
+    o.step_backup = ZRT_STEP_BACKUP_FULL;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &full).is_ok());
+    o.step_backup = ZRT_STEP_BACKUP_SEGMENT;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &segment).is_ok());
+    o.step_backup = ZRT_STEP_BACKUP_NONE;
+    ASSERT_TRUE(compute_memory_figures(o, 4, units, params, &none).is_ok());
+    Layout layout;
+    ASSERT_TRUE(Layout::build(o, 4, units, params, &layout).is_ok());
+    size_t largest = 0;
+    for (const Segment& seg : layout.segments()) largest = std::max(largest, seg.slice);
     SCOPED_TRACE(::testing::Message() << "stage " << stage);
-    EXPECT_EQ(with.step_backup, with.master + with.optimizer_state);
-    EXPECT_EQ(without.step_backup, 0u);
-    EXPECT_EQ(with.model_state, without.model_state);
-    EXPECT_DOUBLE_EQ(with.theoretical_model_state, without.theoretical_model_state);
-    EXPECT_EQ(with.total, without.total + with.step_backup);
+    EXPECT_EQ(full.step_backup, full.master + full.optimizer_state);
+    EXPECT_EQ(segment.step_backup, largest * 4 * 3);
+    EXPECT_LT(segment.step_backup, full.step_backup);
+    EXPECT_EQ(none.step_backup, 0u);
+    EXPECT_EQ(full.model_state, none.model_state);
+    EXPECT_EQ(segment.model_state, none.model_state);
+    EXPECT_DOUBLE_EQ(full.theoretical_model_state, none.theoretical_model_state);
   }
+}
+
+// Stage 3 on host memory with the reduce dtype the param dtype: the units' segments are reduced
+// out of the gradient windows, so no bucket but the persistent segment's; two windows by
+// default, one when asked.
+TEST(PartitionMemoryModel, Stage3ReducesOutOfTheWindowsWithoutBuckets) {
+  std::vector<UnitSpec> units;
+  std::vector<ParamSpec> params;
+  make_model(4, 10240, &units, &params);
+  PartitionOptions o;
+  o.stage = 3;
+  o.param_dtype = ZRT_BF16;
+  o.reduce_dtype = ZRT_BF16;
+  o.persistence_threshold = 0;
+  Layout layout;
+  ASSERT_TRUE(Layout::build(o, 4, units, params, &layout).is_ok());
+  ASSERT_TRUE(windows_are_buckets(o, layout));
+  BufferPlan plan = plan_buffers(o, layout);
+  EXPECT_EQ(plan.bucket_count, 0);
+  EXPECT_EQ(plan.grad_windows, 2);
+  EXPECT_GE(plan.grad_window, layout.max_unit_segment_numel());
+  o.grad_windows = 1;
+  EXPECT_EQ(plan_buffers(o, layout).grad_windows, 1);
+  // A reduce dtype other than the parameters' needs the conversion into a bucket.
+  o.grad_windows = 0;
+  o.reduce_dtype = ZRT_F32;
+  EXPECT_FALSE(windows_are_buckets(o, layout));
+  plan = plan_buffers(o, layout);
+  EXPECT_EQ(plan.bucket_count, kBucketCount);
 }
 
 // offload_optimizer: master and state (and the backup, and the optimizer's f32 gradient) move

@@ -2,6 +2,7 @@
 // resources are made here, without PartitionManager, and GatherWindow, GradientPipeline and
 // StepTransaction are driven directly, so each part's contract is pinned apart from the
 // coordinator's checks.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -154,7 +155,18 @@ void gradient_pipeline_body(int /*rank*/, int size) {
     EXPECT_TRUE(grads.pending());
     EXPECT_FALSE(grads.microbatch_started());
     ASSERT_OK(grads.finish_reductions());
-    const float* g = grads.optimizer_grad();
+    // The optimizer's f32 gradient as the step reads it, a segment at a time.
+    std::vector<float> whole(parts.ctx.layout.shard_numel());
+    auto read_whole = [&] {
+      const auto& segments = parts.ctx.layout.segments();
+      for (size_t s = 0; s < segments.size(); ++s) {
+        const float* slice = nullptr;
+        ASSERT_OK(grads.segment_optimizer_grad(static_cast<int>(s), &slice));
+        std::copy_n(slice, segments[s].slice, whole.begin() + segments[s].shard_offset);
+      }
+    };
+    read_whole();
+    const float* g = whole.data();
     double expected_sum = 0;
     for (const zrt_shard_piece_t& piece : parts.ctx.shard.pieces) {
       const float want = average_grad(size, piece.param);
@@ -176,7 +188,7 @@ void gradient_pipeline_body(int /*rank*/, int size) {
     // The next step's first reductions overwrite the shard: the same gradients again.
     backward(parts);
     ASSERT_OK(grads.finish_reductions());
-    g = grads.optimizer_grad();
+    read_whole();
     for (const zrt_shard_piece_t& piece : parts.ctx.shard.pieces) {
       ASSERT_EQ(g[piece.shard_offset], average_grad(size, piece.param)) << "second step";
     }
@@ -195,6 +207,13 @@ zrt_status_t sgd(const zrt_optimizer_args_t* a, void* user) {
   return s->rank == s->fail_rank ? ZRT_SYSTEM_ERROR : ZRT_SUCCESS;
 }
 
+StepTransaction::Callback sgd_callback(Sgd* sgd_state) {
+  StepTransaction::Callback callback;
+  callback.fn = sgd;
+  callback.user_data = sgd_state;
+  return callback;
+}
+
 void step_transaction_body(int rank, int size) {
   zrt_comm_t comm = nullptr;
   ASSERT_EQ(zrt_comm_init_env(nullptr, &comm), ZRT_SUCCESS) << zrt_last_error();
@@ -202,6 +221,7 @@ void step_transaction_body(int rank, int size) {
     PartitionOptions options;
     options.stage = 2;
     options.bucket_bytes = 256;
+    options.step_backup = ZRT_STEP_BACKUP_FULL;
     Parts parts(communicator(comm), options);
     ASSERT_OK(parts.make());
     const PartitionContext& ctx = parts.ctx;
@@ -210,11 +230,11 @@ void step_transaction_body(int rank, int size) {
     StepTransaction& step = *parts.step;
     Sgd ok{-1, rank};
     // Phase 1 refuses a step without gradients, on every rank, before any optimizer.
-    EXPECT_FALSE(step.step(sgd, &ok).is_ok());
+    EXPECT_FALSE(step.step(sgd_callback(&ok)).is_ok());
     EXPECT_EQ(step.step_count(), 0);
 
     backward(parts);
-    ASSERT_OK(step.step(sgd, &ok));
+    ASSERT_OK(step.step(sgd_callback(&ok)));
     EXPECT_EQ(step.step_count(), 1);
     // Published: every rank's full parameters hold every rank's update, after the gathers.
     for (int u = 0; u < kUnits; ++u) ASSERT_OK(parts.window->fetch(u));
@@ -237,7 +257,7 @@ void step_transaction_body(int rank, int size) {
     for (int u = 0; u < kUnits; ++u) ASSERT_OK(parts.window->release(u));
     backward(parts);
     Sgd failing{size - 1, rank};
-    const Status failed = step.step(sgd, &failing);
+    const Status failed = step.step(sgd_callback(&failing));
     EXPECT_FALSE(failed.is_ok());
     EXPECT_NE(failed.message().find("optimizer callback failed"), std::string::npos)
         << failed.message();

@@ -68,6 +68,41 @@ def test_fused_optimizer_misuse_names_what_to_do():
     comm.destroy()
 
 
+def _train_fused(comm, step_backup, steps=3):
+    model = zt.shard(models.make("mlp"), stage=3, comm=comm,
+                     config=zt.ShardConfig(step_backup=step_backup))
+    optimizer = zt.FusedOptimizer(model, "adamw", lr=1e-2)
+    for step in range(steps):
+        x, y = models.batch("mlp", step, 1, 0)
+        models.loss_of("mlp", model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with model.zrt.summon_full_params():
+        values = [p.detach().clone() for p in model.parameters()]
+    model.zrt.close()
+    return values
+
+
+def test_step_backup_segment_needs_the_fused_optimizer():
+    """ShardConfig(step_backup="segment") calls the optimizer per segment: a torch optimizer,
+    which steps the whole shard at once, is refused naming what to use; the fused one trains;
+    an unknown value is refused naming the choices."""
+    comm = one_rank_comm()
+    sharded = zt.shard(models.make("mlp"), stage=3, comm=comm,
+                       config=zt.ShardConfig(step_backup="segment")).zrt
+    with pytest.raises(ValueError, match=r"step_backup=\"segment\"\) use zrt.torch.FusedOptimizer"):
+        zt.Optimizer(sharded, torch.optim.AdamW, lr=1e-3)
+    sharded.close()
+    # Per segment or whole, the fused optimizer's steps give the same bits.
+    trained = [_train_fused(comm, backup) for backup in ("segment", True)]
+    for a, b in zip(*trained):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"step_backup is 'sometimes'; expected True, False"):
+        zt.shard(models.make("mlp"), stage=2, comm=comm,
+                 config=zt.ShardConfig(step_backup="sometimes"))
+    comm.destroy()
+
+
 def test_overlapping_units_are_refused():
     comm = one_rank_comm()
     model = models.make("mlp")

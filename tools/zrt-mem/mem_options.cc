@@ -70,6 +70,8 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   TransformerShape shape;
   bool no_sync = false;
   bool no_step_backup = false;
+  std::string step_backup = "segment";
+  int grad_windows = 0;
   bool offload = false;
   int ranks = 0;
   app.add_option("--params", params, "trainable parameters: 7.5e9, 7.5B, 125M");
@@ -118,8 +120,15 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   app.add_flag("--no-sync", no_sync,
                "stages 2/3: keep full local gradients for no-sync "
                "accumulation");
-  app.add_flag("--no-step-backup", no_step_backup,
-               "step_backup = 0: no master/state copy for rolling back a failed step");
+  app.add_option("--step-backup", step_backup,
+                 "what a failed step can undo: segment (default: one segment's master/state, "
+                 "a constant), full (a copy of the whole shard's), none")
+      ->check(CLI::IsMember({"segment", "full", "none"}));
+  app.add_flag("--no-step-backup", no_step_backup, "the same as --step-backup none");
+  app.add_option("--grad-windows", grad_windows,
+                 "gradient staging windows: 1 or 2 (default 0: 2 where reductions read a window "
+                 "after grad_ready, on host memory)")
+      ->check(CLI::Range(0, 2));
   app.add_flag("--offload", offload,
                "offload_optimizer = 1: master, optimizer state and step backup in host memory "
                "(stages 1-3); shows the device and host columns");
@@ -238,7 +247,11 @@ Status parse_mem_command(int argc, const char* const* argv, MemCommand* command)
   }
   o.hpz_group_size = hpz;  // stage 3 only: plan_memory leaves the other stages without it
   if (no_sync) o.no_sync_accumulation = true;
-  if (no_step_backup) o.step_backup = false;
+  o.step_backup = step_backup == "full"   ? ZRT_STEP_BACKUP_FULL
+                  : step_backup == "none" ? ZRT_STEP_BACKUP_NONE
+                                          : ZRT_STEP_BACKUP_SEGMENT;
+  if (no_step_backup) o.step_backup = ZRT_STEP_BACKUP_NONE;
+  o.grad_windows = grad_windows;
   if (offload) o.offload_optimizer = true;
   if (stage >= 0) {
     req.stages = {stage};

@@ -44,6 +44,19 @@ std::string gb(double bytes) {
   return tools::format_gb(bytes);
 }
 
+// The whole footprint against the ZeRO formula, which counts model state alone: the buffers
+// and the step backup are what a user would otherwise miss when sizing by the paper. With
+// offload both sides sum device and host. A model with nothing to hold has no ratio (0 here,
+// null in JSON, "-" in the table).
+double total_over_formula(const MemoryFigures& f) {
+  return f.theoretical_model_state > 0 ? double(f.total) / f.theoretical_model_state : 0;
+}
+
+std::string ratio(const MemoryFigures& f) {
+  const double r = total_over_formula(f);
+  return r > 0 ? fmt::format("{:.2f}x", r) : std::string("-");
+}
+
 }  // namespace
 
 std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
@@ -93,6 +106,7 @@ std::string render_mem_plan(const MemRequest& request, const MemPlan& plan) {
   row("gradient staging", [](const MemoryFigures& f) { return gb(double(f.grad_staging)); });
   row("step backup (rollback)", [](const MemoryFigures& f) { return gb(double(f.step_backup)); });
   row("= zrt total", [](const MemoryFigures& f) { return gb(double(f.total)); });
+  row("total / ZeRO formula", [](const MemoryFigures& f) { return ratio(f); });
   if (o.offload_optimizer) {
     t.add_separator("offload_optimizer: device memory / host memory");
     row("device: model state",
@@ -164,7 +178,8 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                    {"persistence_threshold", o.persistence_threshold},
                    {"alignment", o.alignment},
                    {"no_sync_accumulation", o.no_sync_accumulation},
-                   {"step_backup", o.step_backup},
+                   {"step_backup", step_backup_name(o.step_backup)},
+                   {"grad_windows", o.grad_windows},
                    {"offload_optimizer", o.offload_optimizer},
                    {"device_bytes", request.device_bytes}};
   for (const StagePlan& sp : plan.stages) {
@@ -192,6 +207,8 @@ nlohmann::json mem_plan_to_json(const MemRequest& request, const MemPlan& plan) 
                         {"host_total", f.host_total},
                         {"theoretical_device_model_state", f.theoretical_device_model_state},
                         {"theoretical_host_model_state", f.theoretical_host_model_state}};
+    const double over = total_over_formula(f);
+    s["total_over_formula"] = over > 0 ? nlohmann::json(over) : nlohmann::json(nullptr);
     if (plan.has_activations) {
       s["total_with_activations"] = double(f.total) + plan.activations.without_checkpointing;
       s["total_with_checkpointed_activations"] =

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "zero/api/api_common.h"
+#include "zero/api/optimizer_callback.h"
 #include "zero/api/struct_abi.h"
 #include "lib/core/settings.h"
 #include "kernels/optim/fused_step.h"
@@ -106,6 +107,41 @@ Status run_optimizer(Kind kind, const zrt_optimizer_args_t* caller_args, void* u
 }
 
 }  // namespace
+
+namespace zrt::api {
+
+StepTransaction::Callback optimizer_callback(zrt_optimizer_fn fn, void* user_data) {
+  StepTransaction::Callback callback;
+  callback.fn = fn;
+  callback.user_data = user_data;
+  Kind kind;
+  if (fn == zrt_optimizer_adamw) {
+    kind = Kind::kAdamW;
+  } else if (fn == zrt_optimizer_adam) {
+    kind = Kind::kAdam;
+  } else if (fn == zrt_optimizer_sgd) {
+    kind = Kind::kSgd;
+  } else if (fn == zrt_optimizer_lion) {
+    kind = Kind::kLion;
+  } else {
+    return callback;
+  }
+  // fused_step checks config, arguments and outputs before its first write.
+  callback.writes_only_on_success = true;
+  zrt_optimizer_config_t config;
+  callback.ready = widen_config(kind, user_data, &config);
+  if (callback.ready.is_ok()) callback.ready = zrt::optim::check_config(kind, config);
+  if (callback.ready.is_ok() && config.pool != nullptr) {
+    callback.ready = check_pool(config.pool, "config->pool");
+  }
+  if (!callback.ready.is_ok()) {
+    callback.ready = callback.ready.with_context(
+        fmt::format("zrt_optimizer_{}'s config", zrt::optim::kind_name(kind)));
+  }
+  return callback;
+}
+
+}  // namespace zrt::api
 
 extern "C" {
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "zero/api/api_common.h"
+#include "zero/api/optimizer_callback.h"
 #include "zero/api/partition_handle.h"
 #include "zero/api/partition_trace.h"
 #include "zero/api/struct_abi.h"
@@ -233,8 +234,9 @@ zrt_status_t zrt_partition_grad_norm(zrt_partition_t pm, double* norm, int* has_
 zrt_status_t zrt_partition_step(zrt_partition_t pm, zrt_optimizer_fn optimizer, void* user_data) {
   ZRT_API_BODY("zrt_partition_step", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));
-    return zrt::api::traced_partition_call(pm, "step", -1,
-                                           [&] { return pm->impl->step(optimizer, user_data); });
+    return zrt::api::traced_partition_call(pm, "step", -1, [&] {
+      return pm->impl->step(zrt::api::optimizer_callback(optimizer, user_data));
+    });
   });
 }
 

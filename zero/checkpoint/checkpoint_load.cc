@@ -293,7 +293,8 @@ Status read_file(const Manifest& m, size_t index, const std::string& dir,
 // Everything this rank does before the ranks agree.
 Status stage_checkpoint(PartitionManager& pm, const std::string& dir, Manifest* manifest,
                         Staging* staging) {
-  ZRT_RETURN_IF_ERROR(pm.checkpoint_quiesce("zrt_partition_load"));
+  ZRT_RETURN_IF_ERROR(
+      pm.checkpoint_quiesce("zrt_partition_load", PartitionManager::CheckpointAccess::kReplace));
   const std::string origin = dir + "/" + kManifestName;
   std::string text;
   const Status read = read_small_file(origin, size_t{1} << 30, &text);
@@ -347,7 +348,8 @@ Status load_checkpoint(PartitionManager& pm, const std::string& dir) {
                                             manifest.param_dtype, manifest.step));
   // The parameters are published as after a step; wait for that, so the load returns with them
   // in place and a failure of the publishing gather is reported here.
-  ZRT_RETURN_IF_ERROR(pm.checkpoint_quiesce("zrt_partition_load"));
+  ZRT_RETURN_IF_ERROR(
+      pm.checkpoint_quiesce("zrt_partition_load", PartitionManager::CheckpointAccess::kReplace));
   const auto done = std::chrono::steady_clock::now();
   ZRT_LOG_INFO(
       "checkpoint: loaded step {} from {} (saved by {} ranks at stage {}): read+verify {:.3f} s, "

@@ -3,12 +3,11 @@
 namespace zrt {
 
 GradRoute route_segment(const RouteFacts& facts) {
-  // The segment's first reduction after a step reads the window itself when the window holds
-  // it whole: the reduced slice goes straight into the gradient shard, and no bucket copy
-  // doubles the memory traffic of backward.
-  if (!facts.full_grads && facts.sync && facts.multi_rank && facts.fresh && facts.in_window) {
-    return GradRoute::kReduceFromWindow;
-  }
+  // A segment's reduction reads the window itself when the window holds it whole: no bucket
+  // copy doubles the memory traffic of backward, and the first reduction after a step sends
+  // the reduced slice straight into the gradient shard (the later ones add it there, as from
+  // a bucket).
+  if (!facts.full_grads && facts.sync && facts.in_window) return GradRoute::kReduceFromWindow;
   return facts.full_grads ? GradRoute::kAccumulateFull : GradRoute::kCopyToBucket;
 }
 

@@ -20,8 +20,6 @@ enum class GradRoute {
 struct RouteFacts {
   bool full_grads = false;  // the stage keeps a full local gradient buffer
   bool sync = true;         // this micro-batch reduces (set_sync)
-  bool multi_rank = false;  // more than one rank: a reduce-scatter can deliver into the shard
-  bool fresh = false;       // the segment's first reduction since the step (it overwrites)
   bool in_window = false;   // the window holds the segment whole, in the reduce dtype
 };
 

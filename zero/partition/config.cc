@@ -47,7 +47,7 @@ Status validate_partition_options(const PartitionOptions& o) {
         "supported (16-bit updates vanish)",
         dtype_name(o.master_dtype));
   }
-  if (o.optimizer_slots < 0 || o.optimizer_slots > 16) {
+  if (o.optimizer_slots < 0 || o.optimizer_slots > kMaxOptimizerSlots) {
     return Status::invalid_argument("config.optimizer_slots is {}; expected 0..16",
                                     o.optimizer_slots);
   }
@@ -91,6 +91,10 @@ Status validate_partition_options(const PartitionOptions& o) {
         "stage 3, where parameters are sharded (leave it 0, or use stage 3)",
         o.hpz_group_size, o.stage);
   }
+  if (o.grad_windows < 0 || o.grad_windows > 2) {
+    return Status::invalid_argument(
+        "config.grad_windows is {}; expected 0 (by the memory), 1 or 2", o.grad_windows);
+  }
   if (o.offload_optimizer && o.stage == 0) {
     return Status::invalid_argument(
         "config.offload_optimizer is 1 at stage 0; offload needs a sharded optimizer state "
@@ -99,24 +103,35 @@ Status validate_partition_options(const PartitionOptions& o) {
   return Status::ok();
 }
 
+namespace {
+
+// size, magic and version: what says which fields the caller's struct has.
+Status check_config_header(const zrt_partition_config_t& config) {
+  const size_t n = config.size;
+  if (n < offsetof(zrt_partition_config_t, stage) || n > (size_t{1} << 16)) {
+    return Status::invalid_argument(
+        "config.size is {}; initialise the struct with ZRT_PARTITION_CONFIG_INIT", n);
+  }
+  if (config.magic != ZRT_CONFIG_MAGIC) {
+    return Status::invalid_argument(
+        "config.magic is {:#x}, not ZRT_CONFIG_MAGIC; use ZRT_PARTITION_CONFIG_INIT",
+        config.magic);
+  }
+  if (config.version > ZRT_VERSION_CODE && n > sizeof(zrt_partition_config_t)) {
+    return Status::invalid_argument("config.version {} is newer than this library ({})",
+                                    config.version, ZRT_VERSION_CODE);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status partition_options_from_config(const zrt_partition_config_t* config,
                                      PartitionOptions* options) {
   PartitionOptions o;
   if (config != nullptr) {
+    ZRT_RETURN_IF_ERROR(check_config_header(*config));
     const size_t n = config->size;
-    if (n < offsetof(zrt_partition_config_t, stage) || n > (size_t{1} << 16)) {
-      return Status::invalid_argument(
-          "config.size is {}; initialise the struct with ZRT_PARTITION_CONFIG_INIT", n);
-    }
-    if (config->magic != ZRT_CONFIG_MAGIC) {
-      return Status::invalid_argument(
-          "config.magic is {:#x}, not ZRT_CONFIG_MAGIC; use ZRT_PARTITION_CONFIG_INIT",
-          config->magic);
-    }
-    if (config->version > ZRT_VERSION_CODE && n > sizeof(zrt_partition_config_t)) {
-      return Status::invalid_argument("config.version {} is newer than this library ({})",
-                                      config->version, ZRT_VERSION_CODE);
-    }
     if (ZRT_HAS_FIELD(n, stage)) o.stage = config->stage;
     if (ZRT_HAS_FIELD(n, param_dtype)) o.param_dtype = config->param_dtype;
     if (ZRT_HAS_FIELD(n, reduce_dtype)) o.reduce_dtype = config->reduce_dtype;
@@ -135,11 +150,13 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       o.no_sync_accumulation = config->no_sync_accumulation != 0;
     }
     if (ZRT_HAS_FIELD(n, step_backup)) {
-      if (config->step_backup != 0 && config->step_backup != 1) {
-        return Status::invalid_argument("config.step_backup is {}; expected 0 or 1",
-                                        config->step_backup);
+      if (config->step_backup < 0 || config->step_backup >= ZRT_STEP_BACKUP_COUNT) {
+        return Status::invalid_argument(
+            "config.step_backup is {}; expected ZRT_STEP_BACKUP_NONE (0), _FULL (1) or "
+            "_SEGMENT (2)",
+            config->step_backup);
       }
-      o.step_backup = config->step_backup != 0;
+      o.step_backup = config->step_backup;
     }
     if (ZRT_HAS_FIELD(n, prefetch_next_step)) {
       if (config->prefetch_next_step != 0 && config->prefetch_next_step != 1) {
@@ -172,6 +189,7 @@ Status partition_options_from_config(const zrt_partition_config_t* config,
       }
       o.hpz_group_size = static_cast<int>(config->hpz_group_size);
     }
+    if (ZRT_HAS_FIELD(n, grad_windows)) o.grad_windows = config->grad_windows;
   }
   ZRT_RETURN_IF_ERROR(validate_partition_options(o));
   *options = o;
@@ -192,7 +210,7 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
   config->alignment = o.alignment;
   config->mem_kind = o.mem_kind;
   config->no_sync_accumulation = o.no_sync_accumulation ? 1 : 0;
-  if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup ? 1 : 0;
+  if (ZRT_HAS_FIELD(config->size, step_backup)) config->step_backup = o.step_backup;
   if (ZRT_HAS_FIELD(config->size, prefetch_next_step)) {
     config->prefetch_next_step = o.prefetch_next_step ? 1 : 0;
   }
@@ -206,6 +224,7 @@ void partition_options_to_config(const PartitionOptions& o, zrt_partition_config
     config->shard_group_size = o.shard_group_size;
   }
   if (ZRT_HAS_FIELD(config->size, hpz_group_size)) config->hpz_group_size = o.hpz_group_size;
+  if (ZRT_HAS_FIELD(config->size, grad_windows)) config->grad_windows = o.grad_windows;
 }
 
 namespace {
@@ -281,7 +300,7 @@ const JsonKey kJsonKeys[] = {
     {"param_dtype", &PartitionOptions::param_dtype},
     {"reduce_dtype", &PartitionOptions::reduce_dtype},
     {"master_dtype", &PartitionOptions::master_dtype},
-    {"optimizer_slots", &PartitionOptions::optimizer_slots, 0, 16},
+    {"optimizer_slots", &PartitionOptions::optimizer_slots, 0, kMaxOptimizerSlots},
     {"bucket_bytes", &PartitionOptions::bucket_bytes, 1, kMax},
     {"prefetch_depth", &PartitionOptions::prefetch_depth, 0, 64},
     {"prefetch_bytes", &PartitionOptions::prefetch_bytes, 0, kMax},
@@ -290,12 +309,13 @@ const JsonKey kJsonKeys[] = {
     {"alignment", &PartitionOptions::alignment, 1, int64_t{1} << 20},
     {"mem_kind", &PartitionOptions::mem_kind},
     {"no_sync_accumulation", &PartitionOptions::no_sync_accumulation},
-    {"step_backup", &PartitionOptions::step_backup},
+    {"step_backup", &PartitionOptions::step_backup, 0, ZRT_STEP_BACKUP_COUNT - 1},
     {"prefetch_next_step", &PartitionOptions::prefetch_next_step},
     {"offload_optimizer", &PartitionOptions::offload_optimizer},
     {"grad_accumulate", &PartitionOptions::grad_accumulate},
     {"shard_group_size", &PartitionOptions::shard_group_size, 0, INT32_MAX},
     {"hpz_group_size", &PartitionOptions::hpz_group_size, ZRT_SHARD_GROUP_HOST, INT32_MAX},
+    {"grad_windows", &PartitionOptions::grad_windows, 0, 2},
 };
 
 const JsonKey* find_json_key(const std::string& name) {
@@ -373,12 +393,13 @@ uint64_t partition_options_hash(const PartitionOptions& o, uint64_t seed) {
   mix(o.alignment);
   mix(o.mem_kind);
   mix(o.no_sync_accumulation ? 1 : 0);
-  mix(o.step_backup ? 1 : 0);
+  mix(static_cast<uint64_t>(o.step_backup));
   mix(o.prefetch_next_step ? 1 : 0);
   mix(o.offload_optimizer ? 1 : 0);
   mix(o.grad_accumulate ? 1 : 0);
   mix(static_cast<uint64_t>(o.shard_group_size));
   mix(static_cast<uint64_t>(o.hpz_group_size));
+  mix(static_cast<uint64_t>(o.grad_windows));
   return h;
 }
 

@@ -14,6 +14,9 @@ namespace zrt {
 
 // Defaults, and why (ZRT_PARTITION_CONFIG_INIT in zrt.h repeats the values, docs/API.md's
 // defaults table the reasons, for framework authors).
+// The most f32 optimizer state arrays a configuration may ask for (optimizer_slots).
+inline constexpr int kMaxOptimizerSlots = 16;
+
 struct PartitionOptions {
   // ZeRO stage. 2 halves gradient memory against stage 1 at the same traffic, so it is the
   // best default when the parameters still fit; 3 is opt-in because it adds 50% traffic.
@@ -47,10 +50,12 @@ struct PartitionOptions {
   // Stages 2/3: keep a full local gradient buffer so micro-batches can skip the reduction
   // (no-sync accumulation, FSDP's no_sync). Off by default: it costs a full gradient copy.
   bool no_sync_accumulation = false;
-  // One copy of master + optimizer state, taken before the optimizer callback, so a step that
-  // fails on any rank is rolled back everywhere (all-or-nothing, step_transaction.h). On by
-  // default: it costs (1 + slots) x 4 bytes per shard element, less than the state it protects.
-  bool step_backup = true;
+  // What a step whose optimizer callback fails can undo (zrt_step_backup_t,
+  // step_transaction.h). A segment at a time by default: the copy of one segment's master and
+  // state costs a constant (1 + slots) x 4 bytes per element of the largest segment, where the
+  // full copy costs as much again as the state it protects, which ZeRO's memory formula does
+  // not allow for; the full copy stays for callbacks that must roll back whole.
+  int step_backup = ZRT_STEP_BACKUP_SEGMENT;
   // Stage 3: the step ends by gathering the next forward's first units, so the next step's
   // first fetch finds them. Off by default: after a run's last step the gathers go unused, and
   // per-step traffic is then 3P(N-1)/N from the second step on, not in every step.
@@ -73,6 +78,10 @@ struct PartitionOptions {
   // pays only where the links between hosts are the slow ones. Finalize replaces -1 by the
   // group size it resolved (0 when it resolved off).
   int hpz_group_size = 0;
+  // Gradient staging windows (1 or 2; 0 = by the memory: two where the reductions read a
+  // window after grad_ready returns, on host memory, so the framework writes the next unit
+  // meanwhile). One saves the largest unit's gradients in memory for a wait in grad_data.
+  int grad_windows = 0;
 };
 
 // Checks ranges and combinations; messages name the field.
@@ -93,5 +102,27 @@ Status partition_options_load_json_file(const std::string& path, PartitionOption
 
 // A stable digest of every field (FNV-1a), for the cross-rank consistency check.
 uint64_t partition_options_hash(const PartitionOptions& options, uint64_t seed);
+
+// step_backup as the step applies it: offload's callbacks run before the step knows that every
+// rank's reductions succeeded, so there a segment backup becomes the full copy.
+inline bool keeps_full_backup(const PartitionOptions& o) {
+  return o.step_backup == ZRT_STEP_BACKUP_FULL ||
+         (o.step_backup == ZRT_STEP_BACKUP_SEGMENT && o.offload_optimizer);
+}
+inline const char* step_backup_name(int step_backup) {
+  switch (step_backup) {
+    case ZRT_STEP_BACKUP_NONE:
+      return "none";
+    case ZRT_STEP_BACKUP_FULL:
+      return "full";
+    case ZRT_STEP_BACKUP_SEGMENT:
+      return "segment";
+    default:
+      return "?";
+  }
+}
+inline bool keeps_segment_backup(const PartitionOptions& o) {
+  return o.step_backup == ZRT_STEP_BACKUP_SEGMENT && !o.offload_optimizer;
+}
 
 }  // namespace zrt

@@ -234,8 +234,6 @@ GradRoute GradientPipeline::route(int segment) const {
   RouteFacts facts;
   facts.full_grads = ctx_.buffers.full_grads != nullptr;
   facts.sync = sync_;
-  facts.multi_rank = ctx_.size > 1;
-  facts.fresh = grad_fresh_[segment] != 0;
   facts.in_window = window_reads_ && ctx_.layout.segment_window_offset(segment).has_value();
   return route_segment(facts);
 }
@@ -489,16 +487,12 @@ Status GradientPipeline::finish_reductions() {
   ZRT_RETURN_IF_ERROR(reduce_across_groups());
   const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
   const PartitionBuffers& buf = ctx_.buffers;
-  if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
-    // The owned slices hold sums over every rank of the world (across groups too).
-    const double scale = 1.0 / ctx_.world.size;
-    for (const Segment& seg : ctx_.layout.segments()) {
-      const char* owned =
-          ctx_.grad_ptr(buf.full_grads,
-                        seg.shard_offset * ctx_.size + static_cast<size_t>(ctx_.rank) * seg.slice);
-      float* out = buf.optimizer_grad + seg.shard_offset;
-      ctx_.ops->convert(gdt, owned, ZRT_F32, out, seg.slice);
-      ctx_.ops->scale(ZRT_F32, out, seg.slice, scale);
+  if (converts_per_segment()) {
+    // Converted a segment at a time, as the step or grad_norm reads it.
+  } else if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
+    const auto& segments = ctx_.layout.segments();
+    for (size_t s = 0; s < segments.size(); ++s) {
+      convert_reduced_slice(static_cast<int>(s), buf.optimizer_grad + segments[s].shard_offset);
     }
   } else if (!optimizer_reads_reduced()) {
     const char* reduced =
@@ -506,6 +500,36 @@ Status GradientPipeline::finish_reductions() {
     ctx_.ops->convert(gdt, reduced, ZRT_F32, buf.optimizer_grad, ctx_.layout.shard_numel());
   }
   grads_prepared_ = true;
+  return Status::ok();
+}
+
+void GradientPipeline::convert_reduced_slice(int segment, float* out) const {
+  const Segment& seg = ctx_.layout.segments()[segment];
+  const zrt_dtype_t gdt = ctx_.options.reduce_dtype;
+  const PartitionBuffers& buf = ctx_.buffers;
+  if (ctx_.policy.grad_home() == GradHome::kOwnedSlices) {
+    // The owned slices hold sums over every rank of the world (across groups too).
+    const char* owned =
+        ctx_.grad_ptr(buf.full_grads,
+                      seg.shard_offset * ctx_.size + static_cast<size_t>(ctx_.rank) * seg.slice);
+    ctx_.ops->convert(gdt, owned, ZRT_F32, out, seg.slice);
+    ctx_.ops->scale(ZRT_F32, out, seg.slice, 1.0 / ctx_.world.size);
+    return;
+  }
+  char* reduced = ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard;
+  ctx_.ops->convert(gdt, ctx_.grad_ptr(reduced, seg.shard_offset), ZRT_F32, out, seg.slice);
+}
+
+Status GradientPipeline::segment_optimizer_grad(int segment, const float** grad) {
+  if (!grads_prepared_) {
+    return Status(ZRT_INTERNAL_ERROR, "segment_optimizer_grad before finish_reductions");
+  }
+  if (!converts_per_segment()) {
+    *grad = optimizer_grad() + ctx_.layout.segments()[segment].shard_offset;
+    return Status::ok();
+  }
+  convert_reduced_slice(segment, ctx_.buffers.optimizer_grad);
+  *grad = ctx_.buffers.optimizer_grad;
   return Status::ok();
 }
 
@@ -639,11 +663,31 @@ const float* GradientPipeline::optimizer_grad() const {
       ctx_.policy.grad_home() == GradHome::kFull ? buf.full_grads : buf.grad_shard);
 }
 
+Status GradientPipeline::local_sum_squares(double* sum, bool* nonfinite) {
+  if (!converts_per_segment()) {
+    ctx_.ops->sum_squares(ZRT_F32, optimizer_grad(), ctx_.layout.shard_numel(), sum, nonfinite);
+    return Status::ok();
+  }
+  *sum = 0;
+  *nonfinite = false;
+  const auto& segments = ctx_.layout.segments();
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const float* grad = nullptr;
+    ZRT_RETURN_IF_ERROR(segment_optimizer_grad(static_cast<int>(s), &grad));
+    double part = 0;
+    bool part_nonfinite = false;
+    ctx_.ops->sum_squares(ZRT_F32, grad, segments[s].slice, &part, &part_nonfinite);
+    *sum += part;
+    *nonfinite = *nonfinite || part_nonfinite;
+  }
+  return Status::ok();
+}
+
 Status GradientPipeline::grad_norm(double* norm, bool* has_nonfinite) {
   ZRT_RETURN_IF_ERROR(finish_reductions());
   double sum = 0;
   bool nonfinite = false;
-  ctx_.ops->sum_squares(ZRT_F32, optimizer_grad(), ctx_.layout.shard_numel(), &sum, &nonfinite);
+  ZRT_RETURN_IF_ERROR(local_sum_squares(&sum, &nonfinite));
   // One all-reduce carries both figures (the flag as a count of ranks that saw one); stage 0
   // ranks already hold the whole gradient.
   norm_buffer_[0] = sum;

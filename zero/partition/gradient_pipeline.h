@@ -106,6 +106,10 @@ class GradientPipeline {
   // The f32 gradient the optimizer reads (after finish_reductions, or per segment as
   // start_offload_copies says).
   const float* optimizer_grad() const;
+  // After finish_reductions: segment s's slice of the optimizer's f32 gradient. With a
+  // per-segment step (BufferPlan::per_segment_step) it is converted into the one-slice buffer
+  // now, and valid until the next call.
+  Status segment_optimizer_grad(int segment, const float** grad);
   Status grad_norm(double* norm, bool* has_nonfinite);
   // After a successful step: the gradients start over.
   void end_step();
@@ -151,6 +155,16 @@ class GradientPipeline {
   bool optimizer_reads_reduced() const;
   // Hybrid sharding: the gradient shard's all-reduce across the shard groups (blocking).
   Status reduce_across_groups();
+  // The optimizer's f32 gradient is made a segment at a time, in a buffer of one slice.
+  bool converts_per_segment() const {
+    return ctx_.plan.per_segment_step && ctx_.buffers.optimizer_grad != nullptr;
+  }
+  // The reduced gradient of segment s's owned slice, converted to f32 at `out` (and scaled by
+  // 1/N where the owned slices hold sums).
+  void convert_reduced_slice(int segment, float* out) const;
+  // grad_norm's local sum of squares and non-finite flag, over the whole f32 gradient or
+  // segment by segment through the constant buffer.
+  Status local_sum_squares(double* sum, bool* nonfinite);
 
   const PartitionContext& ctx_;
   // Window reads skip the bucket copy (host buckets, the reduce dtype is the param dtype).

@@ -260,33 +260,43 @@ void Layout::derive_maps() {
   }
   trainable_units_ = 0;
   for (const UnitLayout& unit : units_) trainable_units_ += unit.trainable_numel > 0;
-  segment_window_offset_.assign(segments_.size(), std::nullopt);
+  // The window holds the largest unit's gradients and, where a unit's own segment (stage 3)
+  // ends in padding, that padding too, so every such segment can be reduced out of the window;
+  // the segments of buckets (stages 0-2) use it where it has room.
+  std::vector<std::optional<size_t>> starts(segments_.size());
+  size_t numel = max_unit_trainable_numel_;
   for (size_t s = 0; s < segments_.size(); ++s) {
-    const Segment& seg = segments_[s];
-    if (seg.persistent || segment_units_[s] != 1) continue;
-    // Contiguous: every piece sits at the same distance from its place in the segment.
-    std::optional<size_t> start;
-    bool contiguous = true;
-    for (const SegmentPiece& piece : seg.pieces) {
-      const size_t at = params_[piece.param].staging_offset + piece.param_offset;
-      if (at < piece.segment_offset) {
-        contiguous = false;
-        break;
-      }
-      const size_t begin = at - piece.segment_offset;
-      if (!start) start = begin;
-      contiguous = contiguous && begin == *start;
-    }
-    if (!contiguous || !start) continue;
-    // Padding after the pieces is zeroed in the window: only where the unit's gradients end
-    // (a persistent parameter's may follow them), and only if the window has room.
-    const int unit = params_[seg.pieces.front().param].unit;
-    const bool padding_free =
-        seg.numel == seg.used || *start + seg.used == units_[unit].trainable_numel;
-    if (padding_free && *start + seg.numel <= max_unit_trainable_numel_) {
-      segment_window_offset_[s] = start;
+    starts[s] = window_start(static_cast<int>(s));
+    if (starts[s] && segments_[s].unit >= 0) {
+      numel = std::max(numel, *starts[s] + segments_[s].numel);
     }
   }
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    if (starts[s] && *starts[s] + segments_[s].numel > numel) starts[s].reset();
+  }
+  grad_window_ = GradWindow{numel, std::move(starts)};
+}
+
+std::optional<size_t> Layout::window_start(int s) const {
+  const Segment& seg = segments_[s];
+  if (seg.persistent || segment_units_[s] != 1) return std::nullopt;
+  // Contiguous: every piece sits at the same distance from its place in the segment.
+  std::optional<size_t> start;
+  for (const SegmentPiece& piece : seg.pieces) {
+    const size_t at = params_[piece.param].staging_offset + piece.param_offset;
+    if (at < piece.segment_offset) return std::nullopt;
+    const size_t begin = at - piece.segment_offset;
+    if (start && begin != *start) return std::nullopt;
+    start = begin;
+  }
+  if (!start) return std::nullopt;
+  // Padding after the pieces is zeroed in the window: only where the unit's gradients end (a
+  // persistent parameter's may follow them).
+  const int unit = params_[seg.pieces.front().param].unit;
+  const bool padding_free =
+      seg.numel == seg.used || *start + seg.used == units_[unit].trainable_numel;
+  if (!padding_free) return std::nullopt;
+  return start;
 }
 
 Status Layout::locate(int param, size_t element, int* segment, int* rank,

@@ -145,6 +145,9 @@ class Layout {
   size_t max_unit_segment_numel() const { return max_unit_segment_numel_; }  // stage 3
   size_t max_segment_numel() const { return max_segment_numel_; }
   size_t max_unit_trainable_numel() const { return max_unit_trainable_numel_; }
+  // Elements of a gradient staging window: the largest unit's gradients, and the padding of
+  // any segment that one unit fills alone (segment_window_offset).
+  size_t grad_window_numel() const { return grad_window_.numel; }
   // Stages 0-2: the bucket capacity in elements (every segment but the last has this size).
   size_t bucket_numel() const { return bucket_numel_; }
 
@@ -164,10 +167,10 @@ class Layout {
   int trainable_units() const { return trainable_units_; }  // units with a trainable parameter
   // Per segment: where it starts in its unit's gradient staging window, when that window holds
   // it whole in segment order (one unit feeds it, it is not persistent, its padding falls after
-  // the unit's gradients and the window has room for it); nullopt otherwise. The gradient path
+  // the unit's gradients; the window has room for that padding); nullopt otherwise. The gradient path
   // may then reduce straight out of the window (gradient_pipeline.h).
   std::optional<size_t> segment_window_offset(int segment) const {
-    return segment_window_offset_[segment];
+    return grad_window_.segment_offset[segment];
   }
 
   // Where element `element` of `param` lives: its segment, the rank owning it and its offset in
@@ -193,6 +196,9 @@ class Layout {
   // Pads the segment to a multiple of `granule` and gives it its place in the shards.
   void close_segment(Segment* segment, size_t granule);
   void derive_maps();
+  // Where segment s starts in its unit's window when the window can hold it whole, ignoring
+  // the window's size (derive_maps sizes the window for these).
+  std::optional<size_t> window_start(int s) const;
 
   int ranks_ = 1;
   int shards_ = 1;
@@ -213,7 +219,12 @@ class Layout {
   std::vector<std::vector<UnitPiece>> unit_pieces_;
   std::vector<int> segment_units_;
   int trainable_units_ = 0;
-  std::vector<std::optional<size_t>> segment_window_offset_;
+  // The gradient staging window: its elements, and where each segment sits in it.
+  struct GradWindow {
+    size_t numel = 0;
+    std::vector<std::optional<size_t>> segment_offset;
+  };
+  GradWindow grad_window_;
 };
 
 }  // namespace zrt

@@ -29,6 +29,22 @@ size_t secondary_numel(const PartitionOptions& options, const Layout& layout) {
   return numel;
 }
 
+bool windows_are_buckets(const PartitionOptions& options, const Layout& layout) {
+  // Host memory in the reduce dtype: the gradient pipeline reduces a segment out of the window
+  // that holds it (gradient_pipeline.h). When every segment but the persistent one is held so
+  // (stage 3's one segment per unit), no reduction needs a bucket.
+  if (options.mem_kind != ZRT_MEM_HOST || options.param_dtype != options.reduce_dtype) {
+    return false;
+  }
+  if (!StagePolicy(options).segment_per_unit()) return false;
+  const auto& segments = layout.segments();
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (segments[s].persistent) continue;
+    if (!layout.segment_window_offset(static_cast<int>(s)).has_value()) return false;
+  }
+  return true;
+}
+
 BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   BufferPlan plan;
   const StagePolicy policy(options);
@@ -36,7 +52,7 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   plan.frozen = layout.frozen_numel();
   plan.master = layout.shard_numel();
   plan.optimizer_slots = options.optimizer_slots;
-  plan.grad_window = layout.max_unit_trainable_numel();
+  plan.grad_window = layout.grad_window_numel();
   const bool full_grads = policy.keeps_full_grads();
   if (full_grads) plan.full_grads = layout.padded_numel();
   if (!policy.shards_params()) {
@@ -52,11 +68,15 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   }
   if (policy.shards_grads()) plan.grad_shard = layout.shard_numel();
   if (!full_grads) {
-    plan.bucket_count = kBucketCount;
+    plan.windows_are_buckets = windows_are_buckets(options, layout);
+    plan.bucket_count = plan.windows_are_buckets ? 0 : kBucketCount;
     plan.bucket_numel = !policy.segment_per_unit()
                             ? std::min(layout.bucket_numel(), layout.padded_numel())
                             : layout.max_unit_segment_numel();
-    if (plan.bucket_numel == 0) plan.bucket_count = 0;
+    if (plan.bucket_numel == 0 || plan.bucket_count == 0) {
+      plan.bucket_count = 0;
+      plan.bucket_numel = 0;
+    }
     if (policy.has_persistent_segment() && layout.persistent_segment() >= 0) {
       plan.persistent_bucket = layout.segments()[layout.persistent_segment()].numel;
     }
@@ -66,13 +86,25 @@ BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout) {
   // the full gradient buffer, so they are always gathered into a copy.
   // Offload: the CPU optimizer reads an f32 copy in host memory, whatever the reduce dtype.
   plan.offload = options.offload_optimizer;
+  size_t largest_slice = 0;
+  for (const Segment& seg : layout.segments()) largest_slice = std::max(largest_slice, seg.slice);
+  // A step that calls the optimizer per segment (step_backup = segment) converts each
+  // segment's slice just before its callback, through one constant buffer.
+  const bool per_segment = keeps_segment_backup(options);
+  plan.per_segment_step = per_segment;
   if (policy.optimizer_grad_is_copy() || !f32_reduce || plan.offload) {
-    plan.optimizer_grad = layout.shard_numel();
+    plan.optimizer_grad = per_segment ? largest_slice : layout.shard_numel();
   }
-  if (options.step_backup) plan.backup = layout.shard_numel();
+  if (keeps_full_backup(options)) {
+    plan.backup = layout.shard_numel();
+  } else if (per_segment) {
+    plan.backup = largest_slice;
+  }
   // Host buckets take each unit's gradients out of the window on the progress thread, after
   // grad_ready returns: a second window lets the framework write the next unit meanwhile.
-  if (plan.bucket_count > 0 && options.mem_kind == ZRT_MEM_HOST) plan.grad_windows = 2;
+  const bool read_later = plan.bucket_count > 0 || plan.windows_are_buckets;
+  if (read_later && options.mem_kind == ZRT_MEM_HOST) plan.grad_windows = 2;
+  if (options.grad_windows > 0) plan.grad_windows = options.grad_windows;
   return plan;
 }
 

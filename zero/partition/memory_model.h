@@ -18,14 +18,18 @@
 // 1/H of every unit segment. Model state, since it holds parameters for the whole step.
 //
 // Constant buffers (independent of the number of units): two reduction buckets (stage 2: of
-// the bucket size; stage 3: of the largest unit, plus one for the persistent segment), the
+// the bucket size; stage 3: of the largest unit, plus one for the persistent segment; none but
+// that one at stage 3 on host memory with equal dtypes, where the windows are reduced), the
 // stage 3 gather window (depth + 1 slots of the largest unit), and the gradient staging window
-// (the largest unit's gradients in param dtype, plus an f32 copy of the gradient shard for the
-// optimizer when the reduced gradients are not already f32 and contiguous).
+// (the largest unit's gradients in param dtype, plus an f32 copy of the gradient for the
+// optimizer when the reduced gradients are not already f32 and contiguous: of one segment's
+// slice when the optimizer runs per segment, step_backup = segment, else of the whole shard).
 //
-// Step backup (step_backup, default on): one f32 copy of master + optimizer state, the shard's
-// (1 + k) x 4 bytes per element, so a failed step can be rolled back (step_transaction.h). It is
-// not model state (the ZeRO formula does not count it) but is part of the total.
+// Step backup (step_backup): by default (segment) one segment's slice of master + optimizer
+// state, (1 + k) x 4 bytes per element of the largest segment's slice, a constant; with
+// step_backup = full one copy of the whole shard's, (1 + k) x 4 bytes per shard element, so a
+// failed step can be rolled back whole (step_transaction.h). It is not model state (the ZeRO
+// formula does not count it) but is part of the total.
 //
 // Offload (offload_optimizer, stages 1-3): master, optimizer state, the step backup and an f32
 // copy of the gradient shard (what the CPU optimizer reads) live in host memory; everything
@@ -58,6 +62,7 @@ struct BufferPlan {
   size_t master = 0;        // f32
   int optimizer_slots = 0;  // f32 arrays of `master` elements
   int bucket_count = 0;     // reduce dtype buckets of bucket_numel
+  bool windows_are_buckets = false;  // every unit segment is reduced out of its window
   size_t bucket_numel = 0;
   size_t persistent_bucket = 0;  // reduce dtype, stage 3 without full gradients
   int window_slots = 0;          // param dtype slots of window_slot_numel, stage 3
@@ -66,6 +71,9 @@ struct BufferPlan {
   int grad_windows = 1;       // windows that alternate (2 when their copies are deferred)
   size_t optimizer_grad = 0;  // f32 copy of the gradient shard for the optimizer
   size_t backup = 0;          // f32 elements per backed-up array (master, then each state slot)
+  // step_backup = segment: the optimizer runs per segment, so the backup and the optimizer's
+  // f32 gradient hold one segment's slice at a time.
+  bool per_segment_step = false;
   // offload_optimizer: master, state, backup and optimizer_grad are carved from host memory.
   bool offload = false;
   // Param dtype, stage 3 hpZ: the secondary copy (secondary_numel).
@@ -107,6 +115,10 @@ int window_slots(const PartitionOptions& options, const Layout& layout);
 // hpZ: elements of the secondary copy, 1/H of every unit segment (the persistent one stays
 // gathered); 0 when hpz_group_size is not a resolved H > 0.
 size_t secondary_numel(const PartitionOptions& options, const Layout& layout);
+
+// Stage 3 on host memory, param dtype = reduce dtype: every unit's segment is reduced out of
+// its gradient window in place, so no bucket is needed besides the persistent segment's.
+bool windows_are_buckets(const PartitionOptions& options, const Layout& layout);
 
 BufferPlan plan_buffers(const PartitionOptions& options, const Layout& layout);
 

@@ -5,30 +5,15 @@
 #include <algorithm>
 
 #include "engine/engine.h"
+#include "zero/partition/segment_pieces.h"
 #include "zero/partition/step_trace.h"
 
 namespace zrt {
 
 OffloadPipeline::OffloadPipeline(const PartitionContext& ctx)
-    : ctx_(ctx), pieces_(ctx.layout.segments().size()), state_(ctx.buffers.state.size(), nullptr) {
-  // The shard's pieces cut at segment boundaries (a parameter may straddle two segments), each
-  // rebased on its segment's slice: what args.pieces means when args.master is that slice.
-  const auto& segments = ctx.layout.segments();
-  for (const zrt_shard_piece_t& piece : ctx.shard.pieces) {
-    for (size_t s = 0; s < segments.size(); ++s) {
-      const size_t begin = segments[s].shard_offset;
-      const size_t end = begin + segments[s].slice;
-      const size_t lo = std::max(begin, piece.shard_offset);
-      const size_t hi = std::min(end, piece.shard_offset + piece.count);
-      if (lo >= hi) continue;
-      zrt_shard_piece_t cut = piece;
-      cut.param_offset = piece.param_offset + (lo - piece.shard_offset);
-      cut.shard_offset = lo - begin;
-      cut.count = hi - lo;
-      pieces_[s].push_back(cut);
-    }
-  }
-}
+    : ctx_(ctx),
+      pieces_(cut_pieces_by_segment(ctx.layout.segments(), ctx.shard.pieces)),
+      state_(ctx.buffers.state.size(), nullptr) {}
 
 Status OffloadPipeline::convert_back_segment(int segment) {
   const Segment& seg = ctx_.layout.segments()[segment];

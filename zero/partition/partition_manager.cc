@@ -234,6 +234,7 @@ Status PartitionManager::load_param(int param, const void* values, zrt_dtype_t d
     return Status::invalid_argument("dtype {} is not f32, f16 or bf16", dtype_name(dtype));
   }
   ZRT_RETURN_IF_ERROR(check_not_armed("load_param"));
+  ZRT_RETURN_IF_ERROR(step_->check_not_interrupted("load_param"));
   ZRT_RETURN_IF_ERROR(step_->prepare_master_write());
   // Units gathered ahead hold the old parameters.
   window_->forget();
@@ -293,6 +294,7 @@ Status PartitionManager::shard_pieces(const zrt_shard_piece_t** pieces, size_t* 
 Status PartitionManager::fetch(int unit) {
   ZRT_RETURN_IF_ERROR(check_finalized("fetch"));
   ZRT_RETURN_IF_ERROR(check_unit(unit));
+  ZRT_RETURN_IF_ERROR(step_->check_not_interrupted("fetch"));
   if (window_->is_fetched(unit)) {
     return Status::invalid_usage("unit {} (\"{}\") is already fetched; release it first", unit,
                                  unit_specs_[unit].name);
@@ -359,6 +361,7 @@ Status PartitionManager::wait_params() {
 Status PartitionManager::grad_data(int param, void** grad) {
   ZRT_RETURN_IF_ERROR(check_finalized("grad_data"));
   ZRT_RETURN_IF_ERROR(check_param(param));
+  ZRT_RETURN_IF_ERROR(step_->check_not_interrupted("grad_data"));
   const ParamLocation& loc = ctx_->layout.params()[param];
   if (loc.place == ParamPlace::kFrozen) {
     return Status::invalid_argument("param {} (\"{}\") is frozen: it has no gradient", param,
@@ -394,6 +397,7 @@ Status PartitionManager::grad_data(int param, void** grad) {
 
 Status PartitionManager::set_sync(bool sync) {
   ZRT_RETURN_IF_ERROR(check_finalized("set_sync"));
+  ZRT_RETURN_IF_ERROR(step_->check_not_interrupted("set_sync"));
   if (grads_->microbatch_started()) {
     return Status::invalid_usage(
         "set_sync in the middle of a backward pass ({} of {} units "
@@ -458,16 +462,16 @@ Status PartitionManager::grad_norm(double* norm, bool* has_nonfinite) {
   return grads_->grad_norm(norm, has_nonfinite);
 }
 
-Status PartitionManager::step(zrt_optimizer_fn optimizer, void* user_data) {
+Status PartitionManager::step(const StepTransaction::Callback& optimizer) {
   ZRT_RETURN_IF_ERROR(check_finalized("step"));
   // A bad argument is this caller's bug alone: refused at once, like any argument check.
-  if (optimizer == nullptr) return Status::invalid_argument("optimizer is NULL");
-  if (step_->armed() && !step_->armed_with(optimizer, user_data)) {
+  if (optimizer.fn == nullptr) return Status::invalid_argument("optimizer is NULL");
+  if (step_->armed() && !step_->armed_with(optimizer.fn, optimizer.user_data)) {
     return Status::invalid_argument(
         "optimizer and user_data differ from those given to zrt_partition_step_in_backward for "
         "this step, whose optimizer is already running; pass the same pair");
   }
-  return step_->step(optimizer, user_data);
+  return step_->step(optimizer);
 }
 
 Status PartitionManager::step_in_backward(zrt_optimizer_fn optimizer, void* user_data) {
@@ -480,8 +484,8 @@ Status PartitionManager::step_in_backward(zrt_optimizer_fn optimizer, void* user
   }
   if (ctx_->buffers.backup_master == nullptr) {
     return Status::invalid_usage(
-        "step_in_backward needs step_backup = 1 in the config: each segment's optimizer runs "
-        "before the step knows that every rank's reductions succeeded, and only the backup "
+        "step_in_backward needs step_backup = 1 or 2 in the config: each segment's optimizer "
+        "runs before the step knows that every rank's reductions succeeded, and only the backup "
         "can undo it");
   }
   if (resources_.on_device()) {
@@ -558,7 +562,7 @@ Status PartitionManager::destroy() {
 
 // --- Checkpoint access (used by zero/checkpoint) ----------------------------------------------
 
-Status PartitionManager::checkpoint_quiesce(const char* what) {
+Status PartitionManager::checkpoint_quiesce(const char* what, CheckpointAccess access) {
   ZRT_RETURN_IF_ERROR(check_finalized(what));
   if (groups_.hybrid()) {
     return Status(ZRT_UNSUPPORTED,
@@ -581,7 +585,11 @@ Status PartitionManager::checkpoint_quiesce(const char* what) {
                                  fetched, unit_specs_[fetched].name);
   }
   ZRT_RETURN_IF_ERROR(check_not_armed(what));
-  if (grads_->pending()) {
+  // A load replaces what an unfinished step would update, so it may drop that step; a save
+  // would write a half-stepped shard, or gradients that no checkpoint holds.
+  const bool drops_step = access == CheckpointAccess::kReplace && !grads_->microbatch_started();
+  if (!drops_step) ZRT_RETURN_IF_ERROR(step_->check_not_interrupted(what));
+  if (grads_->pending() && !drops_step) {
     return Status::invalid_usage(
         "{}: gradients of an unfinished step are pending (checkpoints hold no gradients); call "
         "it after zrt_partition_step",
@@ -638,6 +646,9 @@ Status PartitionManager::restore_checkpoint(const float* master,
                   fmt::format("restore_checkpoint: {} optimizer state slots given, {} expected",
                               states.size(), ctx_->buffers.state.size()));
   }
+  // The unfinished step, interrupted or not yet taken, is dropped with its gradients.
+  step_->discard_interrupted();
+  if (grads_->pending()) grads_->end_step();
   return step_->restore_checkpoint(master, states, frozen, frozen_dtype, step);
 }
 

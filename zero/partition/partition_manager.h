@@ -64,7 +64,7 @@ class PartitionManager {
   Status set_sync(bool sync);
   Status grad_ready(int unit);
   Status grad_norm(double* norm, bool* has_nonfinite);
-  Status step(zrt_optimizer_fn optimizer, void* user_data);
+  Status step(const StepTransaction::Callback& optimizer);
   Status step_in_backward(zrt_optimizer_fn optimizer, void* user_data);
 
   Status memory(MemoryFigures* figures) const;
@@ -100,9 +100,12 @@ class PartitionManager {
   const float* master_shard() const { return ctx_->buffers.master; }
   const std::vector<float*>& state_shards() const { return ctx_->buffers.state; }
   const char* frozen_store() const { return ctx_->buffers.frozen; }  // param_dtype, frozen view
-  // Fails unless finalized and between steps: no unit fetched, no micro-batch begun. Waits for
-  // the post-step all-gathers, so the buffers above are quiescent afterwards.
-  Status checkpoint_quiesce(const char* what);
+  // Fails unless finalized and between steps: no unit fetched, no micro-batch begun, and (to
+  // read) no step unfinished. Waits for the post-step all-gathers, so the buffers above are
+  // quiescent afterwards. kReplace (a load) may drop an unfinished step: restore_checkpoint
+  // discards its gradients and, after a failed callback, its interrupted update.
+  enum class CheckpointAccess { kRead, kReplace };
+  Status checkpoint_quiesce(const char* what, CheckpointAccess access = CheckpointAccess::kRead);
   // Copies `count` param_dtype elements of the local shard from `shard_offset` into `out`,
   // wherever the stage keeps them (shard buffer, or the owned slices of the full buffer).
   Status read_param_shard(size_t shard_offset, size_t count, void* out) const;

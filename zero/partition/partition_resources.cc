@@ -167,7 +167,7 @@ Status PartitionResources::create_streams(PartitionContext& ctx) {
   // Created in the same order on every rank: stream k talks to stream k.
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.ag));
   ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.rs));
-  if (!ctx.buffers.buckets.empty()) {
+  if (!ctx.buffers.buckets.empty() || ctx.plan.windows_are_buckets) {
     ZRT_RETURN_IF_ERROR(engine.create_stream(kind, &s.copy));
     ZRT_RETURN_IF_ERROR(engine.create_event(&s.copy_event));
     s.window_read.assign(ctx.buffers.grad_windows.size(), nullptr);

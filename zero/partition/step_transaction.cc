@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "zero/partition/gather_window.h"
 #include "zero/partition/gradient_pipeline.h"
+#include "zero/partition/segment_pieces.h"
 
 namespace zrt {
 
@@ -33,6 +34,9 @@ StepTransaction::StepTransaction(const PartitionContext& ctx, GatherWindow& wind
       backup_(ctx.layout.shard_numel() * (1 + ctx.buffers.state.size()),
               ctx.layout.units().size()) {
   if (ctx.options.offload_optimizer) offload_ = std::make_unique<OffloadPipeline>(ctx);
+  if (ctx.plan.per_segment_step) {
+    segment_pieces_ = cut_pieces_by_segment(ctx.layout.segments(), ctx.shard.pieces);
+  }
 }
 
 Status StepTransaction::check_step_ready(bool wait_reductions) {
@@ -56,6 +60,11 @@ Status StepTransaction::exchange_codes(zrt_status_t mine, const char* what,
   // A callback's stray negative value must still read as a failure under MAX.
   const int32_t own =
       mine < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : static_cast<int32_t>(mine);
+  return exchange_values(own, what, codes);
+}
+
+Status StepTransaction::exchange_values(int32_t own, const char* what,
+                                        std::vector<int32_t>* codes) {
   codes->assign(static_cast<size_t>(ctx_.world.size), 0);
   (*codes)[static_cast<size_t>(ctx_.world.rank)] = own;
   if (ctx_.world.size == 1) return Status::ok();
@@ -125,14 +134,14 @@ Status StepTransaction::copy_backup_range(size_t begin, size_t end, Stream* stre
 }
 
 void StepTransaction::take_backup() {
-  if (ctx_.buffers.backup_master == nullptr || backup_.current()) return;
+  if (!full_backup() || backup_.current()) return;
   static_cast<void>(copy_backup_range(backup_.cursor(), backup_.total(), nullptr));  // cannot fail
   backup_.complete();
 }
 
 void StepTransaction::on_fetch() {
   if (backup_.current()) return;
-  if (ctx_.buffers.backup_master == nullptr) return;
+  if (!full_backup()) return;
   const size_t end = backup_.share_end();
   backup_in_flight_ = true;  // even a partial enqueue must be waited for before master changes
   // A refused enqueue (a failed stream) leaves the cursor: the step, which reports that
@@ -166,7 +175,7 @@ Status StepTransaction::prepare_master_write() {
 void StepTransaction::restore_backup() {
   const PartitionBuffers& buf = ctx_.buffers;
   const size_t bytes = ctx_.layout.shard_numel() * sizeof(float);
-  if (buf.backup_master == nullptr || bytes == 0) return;
+  if (!full_backup() || bytes == 0) return;
   ctx_.master_ops->copy(buf.master, buf.backup_master, bytes);
   for (size_t i = 0; i < buf.state.size(); ++i)
     ctx_.master_ops->copy(buf.state[i], buf.backup_state[i], bytes);
@@ -342,7 +351,7 @@ Status StepTransaction::run_optimizer(zrt_optimizer_fn optimizer, void* user_dat
 }
 
 Status StepTransaction::vote_optimized(const Status& own, bool params_written, int64_t next) {
-  const bool backed_up = ctx_.buffers.backup_master != nullptr;
+  const bool backed_up = full_backup();
   const char* undo = undo_note(backed_up);
   // Rolled back after the optimizer wrote the parameters: they follow the restored master.
   auto roll_back = [&] {
@@ -371,11 +380,18 @@ Status StepTransaction::vote_optimized(const Status& own, bool params_written, i
   return Status::ok();
 }
 
-Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
-  if (offload_ != nullptr) return step_offloaded(optimizer, user_data);
+Status StepTransaction::step(const Callback& callback) {
+  if (offload_ != nullptr) {
+    ZRT_RETURN_IF_ERROR(callback.ready);
+    return step_offloaded(callback.fn, callback.user_data);
+  }
+  if (ctx_.plan.per_segment_step) return step_segmented(callback);
+  const zrt_optimizer_fn optimizer = callback.fn;
+  void* user_data = callback.user_data;
   const int64_t next = step_ + 1;
   // Phase 1: prepare, then vote. Nothing has been written yet, whatever fails.
-  ZRT_RETURN_IF_ERROR(vote_ready(check_step_ready(), next));
+  const Status ready = callback.ready.is_ok() ? check_step_ready() : callback.ready;
+  ZRT_RETURN_IF_ERROR(vote_ready(ready, next));
   // Phase 2: optimize, then vote.
   int params_written = 0;
   const Status own = run_optimizer(optimizer, user_data, next, &params_written);
@@ -386,14 +402,14 @@ Status StepTransaction::step(zrt_optimizer_fn optimizer, void* user_data) {
 }
 
 Status StepTransaction::commit(int64_t next, bool optimizer_wrote_params) {
-  const bool backed_up = ctx_.buffers.backup_master != nullptr;
+  const bool backed_up = full_backup();
   const Status published = publish_params(optimizer_wrote_params || owned_converted_);
   owned_converted_ = false;
   if (!published.is_ok()) {
     if (!backed_up) {
       return published.with_context(fmt::format(
-          "step {}: publishing the updated parameters (step_backup is 0: master and state hold "
-          "the update, reload a checkpoint)",
+          "step {}: publishing the updated parameters (no full step backup: master and state "
+          "hold the update, reload a checkpoint)",
           next));
     }
     // Conversions and gathers enqueued before the failure may still read master and the owned

@@ -75,8 +75,22 @@ class StepTransaction {
   // Steps over the window's fetches and the pipeline's gradients.
   StepTransaction(const PartitionContext& ctx, GatherWindow& window, GradientPipeline& grads);
 
-  Status step(zrt_optimizer_fn optimizer, void* user_data);
+  // `ready` joins phase 1's vote: what the caller checked before (the fused optimizers' config).
+  // `writes_only_on_success`: a failing callback wrote nothing (zrt's fused optimizers check
+  // everything first), so the segment backup need not copy ahead of it.
+  struct Callback {
+    zrt_optimizer_fn fn = nullptr;
+    void* user_data = nullptr;
+    Status ready;
+    bool writes_only_on_success = false;
+  };
+  Status step(const Callback& optimizer);
   int64_t step_count() const { return step_; }
+  // step_backup = segment: a callback failed, the step holds some segments' update and awaits
+  // a resuming step or a checkpoint load. ZRT_INVALID_USAGE naming `what` while it does.
+  Status check_not_interrupted(const char* what) const;
+  // A checkpoint load replaces master and state: the interrupted step is dropped.
+  void discard_interrupted() { progress_ = SegmentProgress{}; }
 
   // zrt_partition_step_in_backward (step_in_backward.cc): from the next synchronised
   // micro-batch on, each segment's optimizer runs on the backward optimizer's thread as soon as
@@ -128,6 +142,20 @@ class StepTransaction {
   std::string failure_details(const Status& own, const std::vector<int32_t>& codes);
   // offload_optimizer: the step as a pipeline over segments (step_offloaded.cc).
   Status step_offloaded(zrt_optimizer_fn optimizer, void* user_data);
+  // step_backup = segment (step_segmented.cc): phase 2 as one callback per segment, in shard
+  // order, from where an interrupted step stopped; a failing segment is restored from the
+  // segment backup and the walk stops there.
+  Status step_segmented(const Callback& optimizer);
+  Status run_segments(const Callback& optimizer, int64_t next);
+  Status run_segment(const Callback& optimizer, int segment, int64_t next, int* params_written);
+  // Copies segment s's slice of master and state into the segment backup, or back.
+  void copy_segment_backup(int segment, bool restore);
+  // Vote 2 of a segmented step: any failure leaves every rank interrupted where it stopped.
+  Status vote_segments(const Status& own, int64_t next);
+  // After a failed vote: whether any rank's callbacks updated a segment (one more exchange).
+  bool any_rank_updated();
+  // Where segment s's slice of this rank's parameters is published from.
+  char* segment_params(int segment) const;
   // Its phase 2: the pipeline over segments (or the end of the one armed during backward),
   // when `ready`; the first failure, `ready`'s included. *run is what the pipeline did.
   Status run_offload_pipeline(const Status& ready, zrt_optimizer_fn optimizer, void* user_data,
@@ -156,10 +184,16 @@ class StepTransaction {
   static std::string failed_ranks(const std::vector<int32_t>& codes, zrt_status_t* first);
   // The step's vote: every rank's code, at its index, on every rank.
   Status exchange_codes(zrt_status_t mine, const char* what, std::vector<int32_t>* codes);
+  // Every rank's non-negative `own` at its index, on every rank (one all-reduce, max).
+  Status exchange_values(int32_t own, const char* what, std::vector<int32_t>* values);
   // After a vote with failures: every rank's own message (of its failure), so each rank can
   // say why the failing ones failed. " rank 1: ..." for each failing rank in *details.
   Status exchange_messages(const Status& mine, const std::vector<int32_t>& codes,
                            std::string* details);
+  // step_backup = full (or segment under offload): the whole shard's copy is kept.
+  bool full_backup() const {
+    return ctx_.buffers.backup_master != nullptr && !ctx_.plan.per_segment_step;
+  }
   void take_backup();
   Status settle_backup();
   // Copies elements [begin, end) of master and the state slots, seen as one array, into the
@@ -200,6 +234,17 @@ class StepTransaction {
   Armed armed_;
   std::vector<uint8_t> handed_;  // per segment: handed to the thread in the armed step
   std::unique_ptr<BackwardOptimizer> backward_;  // made by the first arm()
+  // step_backup = segment: each segment's pieces rebased on its slice, and how far the current
+  // step's callbacks got (kept across an interrupted step until it resumes or is discarded).
+  std::vector<std::vector<zrt_shard_piece_t>> segment_pieces_;
+  struct SegmentProgress {
+    int next_segment = 0;         // the first segment whose callback has not succeeded
+    int params_written = 0;       // segments whose callback wrote their parameters
+    bool interrupted = false;     // a step failed after some callbacks ran
+    zrt_optimizer_fn optimizer = nullptr;  // the interrupted step's, which a resume must pass
+    void* user_data = nullptr;
+  };
+  SegmentProgress progress_;
 };
 
 }  // namespace zrt

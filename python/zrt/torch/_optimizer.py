@@ -24,6 +24,7 @@ from ..errors import ZrtError, callback_failed
 from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperparameters,
                       indexed_groups, normalize_groups, read_layout, sharded_model_of,
                       state_dict_header, write_layout)
+from ._config import step_backup_mode
 from ._memory import order_before_zrt, tensor_at
 from ._rebuild import allocated_slots, ensure_slots
 
@@ -86,6 +87,11 @@ class Optimizer(torch.optim.Optimizer):
             # a torch optimizer steps all its parameters at every call.
             raise ValueError("zrt.torch.Optimizer steps the whole shard at once; with "
                              "ShardConfig(offload_optimizer=True) use zrt.torch.FusedOptimizer")
+        if step_backup_mode(sharded.config.step_backup) == _lib.STEP_BACKUP_SEGMENT:
+            # That step calls the optimizer once per segment too.
+            raise ValueError("zrt.torch.Optimizer steps the whole shard at once; with "
+                             "ShardConfig(step_backup=\"segment\") use zrt.torch.FusedOptimizer, "
+                             "or step_backup=True")
         self.sharded = sharded
         groups, group_of = normalize_groups(sharded, params, _WHO)
         options = [hyperparameters(g) for g in groups]

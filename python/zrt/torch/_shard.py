@@ -23,7 +23,7 @@ from ..comm import Comm
 from ..partition import Partition
 from ..partition import config as partition_config
 from . import _guard, _hooks, _state_dict
-from ._config import ShardConfig
+from ._config import ShardConfig, step_backup_mode
 from ._memory import order_before_zrt, tensor_at, zrt_dtype
 from ._units import build_units
 
@@ -83,7 +83,7 @@ class ShardedModel:
                       optimizer_slots=slots,
                       mem_kind=_lib.MEM_CUDA if self.device.type == "cuda" else _lib.MEM_HOST,
                       no_sync_accumulation=int(c.no_sync_accumulation),
-                      step_backup=int(c.step_backup),
+                      step_backup=step_backup_mode(c.step_backup),
                       prefetch_next_step=int(c.prefetch_next_step),
                       offload_optimizer=int(c.offload_optimizer),
                       grad_accumulate=1)  # autograd adds into .grad, the window itself
@@ -440,6 +440,10 @@ class ShardedModel:
 
     def memory(self):
         return self.pm.memory()
+
+    def footprint(self):
+        """zrt's whole footprint on this rank beside the ZeRO formula, one line."""
+        return self.pm.footprint()
 
     def stats(self):
         return self.pm.stats()
