@@ -844,16 +844,18 @@ typedef struct zrt_partition_memory {
   uint64_t optimizer_state; /* optimizer_slots f32 arrays of shard size */
   uint64_t buckets;         /* reduction buckets (constant size) */
   uint64_t gather_window;   /* stage 3 gather window slots (constant size) */
-  uint64_t grad_staging;    /* the gradient window(s), and the f32 copy of the gradient shard
-                               handed to the optimizer when it is needed */
+  uint64_t grad_staging;    /* the gradient window(s), and the f32 gradient handed to the
+                               optimizer when it is needed (one segment's slice with the
+                               segment backup, the whole shard otherwise) */
   uint64_t model_state;     /* full_params + param_shard + gradients + grad_shard + master +
                                optimizer_state + param_secondary */
   uint64_t total;           /* every category, step_backup included */
   double theoretical_model_state; /* the ZeRO formula for this configuration, unpadded */
   uint64_t parameters;            /* trainable elements (P), without padding */
   uint64_t padded_parameters;     /* trainable elements with segment padding */
-  uint64_t step_backup;           /* the copy of master + optimizer state (step_backup = 1); not
-                                     model state, included in total */
+  uint64_t step_backup;           /* the copy of master + optimizer state: one segment's slice
+                                     (SEGMENT) or all of it (FULL); not model state, included
+                                     in total */
   /* Where the bytes above live. Device: the parameters' memory (mem_kind); host: the offload
    * memory of offload_optimizer = 1 (master, optimizer state, step backup and the f32 gradient
    * copy the optimizer reads), all zero without offload. device + host = the totals above. */
