@@ -22,7 +22,10 @@
  *    by every rank of the communicator, in the same order relative to its other collective
  *    calls, and block until their exchange with the other ranks is done (or has failed).
  *  - Asynchronous work. Collectives and point-to-point calls are enqueued on a stream and return
- *    at once; their buffers must stay valid and unmodified until the work completes.
+ *    at once; their buffers must stay valid and unmodified until the work completes. Work that
+ *    failed with its communicator (a peer's error, a mismatch, a timeout) may still have a
+ *    transfer in the transport: its buffers stay valid until zrt_comm_destroy of that
+ *    communicator returns, which cancels it (NCCL asks the same of ncclCommAbort).
  *  - Threads. Functions on different communicators may run concurrently. Functions on one
  *    communicator may be called from several threads unless documented otherwise; work enqueued
  *    on one stream from several threads is ordered by the order of the calls. A partition

@@ -98,6 +98,11 @@ void run_cases(int size, bool windows, int hosts = 0, Differs who = Differs::kRa
       size,
       [windows, hosts, who](int rank, int size) {
         for (const Case& c : kCases) {
+          // The buffers outlive the rig: after the mismatch fails the communicator, a transfer
+          // the transport had started may still land in them until the rig's teardown has
+          // cancelled it (zrt.h: buffers of failed work stay valid until the destroy returns).
+          const size_t total = 300001 * static_cast<size_t>(size);
+          std::vector<float> in(total, 1.0f + static_cast<float>(rank)), out(total, 0.0f);
           Rig rig;
           rig.windows = windows;
           rig.two_level_hosts = hosts;
@@ -106,8 +111,6 @@ void run_cases(int size, bool windows, int hosts = 0, Differs who = Differs::kRa
                                     : who == Differs::kFirstLocalRank ? "_local"
                                                                       : "");
           ASSERT_OK(rig.init(rank, size, name, 20000));
-          const size_t total = 300001 * static_cast<size_t>(size);
-          std::vector<float> in(total, 1.0f + static_cast<float>(rank)), out(total, 0.0f);
           // A matched call first: the fingerprint leaves it alone.
           ASSERT_OK(rig.run(args_for(ZRT_COLL_ALL_REDUCE, 1000, ZRT_F32, ZRT_SUM, in, out)));
           const float expected = static_cast<float>(size * (size + 1) / 2);
