@@ -38,15 +38,6 @@ Status OffloadPipeline::convert_back_segment(int segment) {
       "partition: offloaded master slice back into the owned parameters");
 }
 
-char* OffloadPipeline::param_slice(int segment) const {
-  const Segment& seg = ctx_.layout.segments()[segment];
-  if (ctx_.policy.param_home() == ParamHome::kShard) {
-    return ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
-  }
-  return ctx_.param_ptr(ctx_.buffers.full_params,
-                        ctx_.segment_start(segment) + static_cast<size_t>(ctx_.rank) * seg.slice);
-}
-
 Status OffloadPipeline::run(GradientPipeline& grads, const std::vector<int>& order,
                             zrt_optimizer_fn optimizer, void* user_data, int64_t step, Run* run) {
   run->code = ZRT_SUCCESS;
@@ -72,7 +63,6 @@ Status OffloadPipeline::run_segment(GradientPipeline& grads, int s, zrt_optimize
 Status OffloadPipeline::run_bound_segment(GradientPipeline& grads, int s,
                                           zrt_optimizer_fn optimizer, void* user_data, int64_t step,
                                           Run* run) {
-  const PartitionBuffers& buf = ctx_.buffers;
   const Segment& seg = ctx_.layout.segments()[s];
   if (run->how == OffloadCopies::kOnStream) {
     ZRT_RETURN_IF_ERROR(traced_step_part(ctx_.comm, kTraceOffloadWait, s, [&] {
@@ -85,21 +75,11 @@ Status OffloadPipeline::run_bound_segment(GradientPipeline& grads, int s,
           fmt::format("waiting for segment {}'s reduction", s));
     }));
   }
-  for (size_t i = 0; i < state_.size(); ++i) state_[i] = buf.state[i] + seg.shard_offset;
-  zrt_optimizer_args_t args{};
-  args.size = sizeof(args);
-  args.master = buf.master + seg.shard_offset;
-  args.grad = grads.optimizer_grad() + seg.shard_offset;
-  args.state = state_.data();
-  args.num_state = static_cast<int>(state_.size());
-  args.count = seg.slice;
-  args.pieces = pieces_[s].data();
-  args.num_pieces = pieces_[s].size();
-  args.step = step;
   // Offloaded master and state are host memory whatever the parameters are.
-  args.mem_kind = ZRT_MEM_HOST;
-  args.param_dtype = ctx_.options.param_dtype;
-  const zrt_param_span_t span{0, seg.slice, param_slice(s)};
+  zrt_optimizer_args_t args =
+      segment_optimizer_args(ctx_, s, pieces_[s], grads.optimizer_grad() + seg.shard_offset, step,
+                             ZRT_MEM_HOST, state_.data());
+  const zrt_param_span_t span{0, seg.slice, ctx_.segment_params(s)};
   int params_written = 0;
   if (run->offer_params) {
     args.param_spans = &span;

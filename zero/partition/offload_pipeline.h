@@ -67,9 +67,6 @@ class OffloadPipeline {
   Status run_bound_segment(GradientPipeline& grads, int segment, zrt_optimizer_fn optimizer,
                            void* user_data, int64_t step, Run* run);
   Status convert_back_segment(int segment);
-  // Where segment s's slice of this rank's parameters is published from (stages 1/2: the owned
-  // slice; stage 3: the parameter shard).
-  char* param_slice(int segment) const;
 
   const PartitionContext& ctx_;
   std::vector<std::vector<zrt_shard_piece_t>> pieces_;

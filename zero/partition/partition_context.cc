@@ -43,4 +43,13 @@ Status PartitionContext::run_piecewise(Stream& stream, size_t total,
   return stream.enqueue(std::make_unique<PiecewiseTask>(total, kPiece, std::move(work), name));
 }
 
+char* PartitionContext::segment_params(int s) const {
+  const Segment& seg = layout.segments()[s];
+  if (policy.param_home() == ParamHome::kShard) {
+    return param_ptr(buffers.param_shard, seg.shard_offset);
+  }
+  return param_ptr(buffers.full_params,
+                   segment_start(s) + static_cast<size_t>(owner()) * seg.slice);
+}
+
 }  // namespace zrt

@@ -102,6 +102,10 @@ struct PartitionContext {
   char* grad_ptr(char* base, size_t elements) const { return base + elements * g_size; }
   // The rank whose slice of each segment this rank owns (stage 0: one shard, slice 0).
   int owner() const { return layout.shards() == 1 ? 0 : rank; }
+  // Where segment s's slice of this rank's parameters lives, the one an optimizer called per
+  // segment may write (stage 3: the parameter shard; otherwise the owned slice of the full
+  // buffer, all of it at stage 0).
+  char* segment_params(int segment) const;
   // Runs work(begin, count) over elements [0, total) after everything enqueued on `stream` so
   // far: host buffers piece by piece on the progress thread (piecewise_task.h), device buffers
   // as kernels launched on the stream at once (ElementOps::run_on).

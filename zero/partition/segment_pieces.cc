@@ -24,4 +24,26 @@ std::vector<std::vector<zrt_shard_piece_t>> cut_pieces_by_segment(
   return cut;
 }
 
+zrt_optimizer_args_t segment_optimizer_args(const PartitionContext& ctx, int segment,
+                                            const std::vector<zrt_shard_piece_t>& pieces,
+                                            const float* grad, int64_t step,
+                                            zrt_mem_kind_t mem_kind, float** state) {
+  const PartitionBuffers& buf = ctx.buffers;
+  const Segment& seg = ctx.layout.segments()[segment];
+  for (size_t i = 0; i < buf.state.size(); ++i) state[i] = buf.state[i] + seg.shard_offset;
+  zrt_optimizer_args_t args{};
+  args.size = sizeof(args);
+  args.master = buf.master + seg.shard_offset;
+  args.grad = grad;
+  args.state = state;
+  args.num_state = static_cast<int>(buf.state.size());
+  args.count = seg.slice;
+  args.pieces = pieces.data();
+  args.num_pieces = pieces.size();
+  args.step = step;
+  args.mem_kind = mem_kind;
+  args.param_dtype = ctx.options.param_dtype;
+  return args;
+}
+
 }  // namespace zrt

@@ -10,6 +10,7 @@
 #include <array>
 
 #include "lib/core/callback_status.h"
+#include "zero/partition/segment_pieces.h"
 #include "zero/partition/step_transaction.h"
 
 namespace zrt {
@@ -62,32 +63,22 @@ Status StepTransaction::run_segments(const Callback& callback, int64_t next) {
 
 Status StepTransaction::run_segment(const Callback& callback, int s, int64_t next,
                                     int* params_written) {
-  const PartitionBuffers& buf = ctx_.buffers;
   const Segment& seg = ctx_.layout.segments()[s];
   const bool copy = !callback.writes_only_on_success;
   if (copy) copy_segment_backup(s, /*restore=*/false);
-  std::array<float*, kMaxOptimizerSlots> state{};
-  for (size_t i = 0; i < buf.state.size(); ++i) state[i] = buf.state[i] + seg.shard_offset;
-  zrt_optimizer_args_t args{};
-  args.size = sizeof(args);
-  args.master = buf.master + seg.shard_offset;
   const float* grad = nullptr;
   ZRT_RETURN_IF_ERROR(grads_.segment_optimizer_grad(s, &grad));
-  args.grad = grad;
-  args.state = state.data();
-  args.num_state = static_cast<int>(buf.state.size());
-  args.count = seg.slice;
-  args.pieces = segment_pieces_[s].data();
-  args.num_pieces = segment_pieces_[s].size();
-  args.step = next;
-  args.mem_kind = ctx_.on_device ? ZRT_MEM_CUDA : ZRT_MEM_HOST;
-  args.param_dtype = ctx_.options.param_dtype;
-  const zrt_param_span_t span{0, seg.slice, segment_params(s)};
+  std::array<float*, kMaxOptimizerSlots> state{};
+  zrt_optimizer_args_t args =
+      segment_optimizer_args(ctx_, s, segment_pieces_[s], grad, next,
+                             ctx_.on_device ? ZRT_MEM_CUDA : ZRT_MEM_HOST, state.data());
+  const zrt_param_span_t span{0, seg.slice, ctx_.segment_params(s)};
   args.param_spans = &span;
   args.num_param_spans = 1;
   args.params_written = params_written;
   clear_callback_message();
-  const Status own = callback_result(callback.fn(&args, callback.user_data), "the optimizer callback");
+  const Status own =
+      callback_result(callback.fn(&args, callback.user_data), "the optimizer callback");
   if (own.is_ok()) return own;
   if (copy) {
     copy_segment_backup(s, /*restore=*/true);
@@ -169,15 +160,6 @@ bool StepTransaction::any_rank_updated() {
     if (segments_done > 0) return true;
   }
   return false;
-}
-
-char* StepTransaction::segment_params(int s) const {
-  const Segment& seg = ctx_.layout.segments()[s];
-  if (ctx_.policy.param_home() == ParamHome::kShard) {
-    return ctx_.param_ptr(ctx_.buffers.param_shard, seg.shard_offset);
-  }
-  return ctx_.param_ptr(ctx_.buffers.full_params,
-                        ctx_.segment_start(s) + static_cast<size_t>(ctx_.owner()) * seg.slice);
 }
 
 }  // namespace zrt

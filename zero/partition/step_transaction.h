@@ -154,8 +154,6 @@ class StepTransaction {
   Status vote_segments(const Status& own, int64_t next);
   // After a failed vote: whether any rank's callbacks updated a segment (one more exchange).
   bool any_rank_updated();
-  // Where segment s's slice of this rank's parameters is published from.
-  char* segment_params(int segment) const;
   // Its phase 2: the pipeline over segments (or the end of the one armed during backward),
   // when `ready`; the first failure, `ready`'s included. *run is what the pipeline did.
   Status run_offload_pipeline(const Status& ready, zrt_optimizer_fn optimizer, void* user_data,
