@@ -60,6 +60,11 @@ parser.add_argument("--export", default=None, help="Hugging Face model directory
 parser.add_argument("--check", action="store_true",
                     help="after --export: rank 0 loads it with from_pretrained and compares "
                          "logits with the sharded model's (exit status 1 if they differ)")
+parser.add_argument("--check-rss", action="store_true",
+                    help="each rank measures its peak RSS growth from just before shard to the "
+                         "end of training and fails (exit 1) if, less the peers' memory zrt maps "
+                         "here, it is more than 5 %% off zrt's memory total (examples/"
+                         "rss_probe.py); give a model large against its batch")
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--corpus", default="/usr/share/dict/words")
 args = parser.parse_args()
@@ -88,6 +93,11 @@ model = GPT2LMHeadModel(config)  # random init (rank 0's values are broadcast by
 model.loss_type = "ForCausalLM"  # transformers' default for this class, without its warning
 assert model.lm_head.weight is model.transformer.wte.weight  # tied: one parameter, root unit
 numel = sum(p.numel() for p in model.parameters())
+rss = None
+if args.check_rss:
+    from rss_probe import RssProbe  # examples/, beside this script
+    rss = RssProbe()
+    rss.take_baseline()
 
 # Each block is a unit; wte (= lm_head), wpe and ln_f belong to none: the root unit.
 zt.shard(model, stage=args.stage, units=list(model.transformer.h), comm=comm,
@@ -100,6 +110,8 @@ optim = zt.Optimizer(sharded, torch.optim.AdamW,
                      [{"params": decay, "weight_decay": 0.1},
                       {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
 
+if rss is not None:
+    rss.end_setup()
 memory = sharded.memory()
 if rank == 0:
     print(f"hf_gpt2: GPT2LMHeadModel, {numel} parameters, {args.layers} layers x {args.hidden}, "
@@ -125,6 +137,13 @@ for step in range(1, args.steps + 1):
         print(f"step {step:3d}  loss {loss.item():.4f}{shown}  "
               f"{1000 * sorted(times)[len(times) // 2]:.1f} ms/step (median)", flush=True)
 
+failed = False
+if rss is not None:
+    rss.take_peak()
+    check, training, ok = rss.lines(rank, sharded.memory()["total"], tolerance=0.05)
+    print(f"--check-rss: {check}\n--check-rss: {training}", flush=True)
+    failed = not ok
+
 # Greedy completion: every rank runs the same forward (stage 3 gathers are collective).
 model.eval()
 with torch.no_grad():
@@ -136,7 +155,6 @@ if rank == 0:
     sample = "".join(chars[i] for i in idx[0].tolist()).strip().replace("\n", " | ")
     print(f"sample: {sample}", flush=True)
 
-failed = False
 if args.export:
     if args.check:
         # The sharded model's logits on a batch, computed by every rank (collective at stage 3).
@@ -167,7 +185,7 @@ if args.export:
                   f"{problems or 'clean'}, lm_head tied {tied}, logits "
                   f"{'identical' if same else 'DIFFER'} (max difference {difference:.3g})",
                   flush=True)
-            failed = bool(problems) or not tied or not same
+            failed = failed or bool(problems) or not tied or not same
 
 sharded.close()
 comm.destroy()

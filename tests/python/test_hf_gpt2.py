@@ -160,3 +160,33 @@ def test_example_exports_a_hugging_face_model(tmp_path):
         trained_loss = model(input_ids=held, labels=held).loss.item()
         untrained_loss = untrained(input_ids=held, labels=held).loss.item()
     assert trained_loss < untrained_loss - 0.1, (trained_loss, untrained_loss)
+
+
+RSS_LINE = re.compile(r"rank (\d) measured peak RSS growth .* zrt total ([0-9.]+) MiB: "
+                      r"([0-9.]+)x, residual ([+-][0-9.]+) MiB \((ok|MISMATCH)\)")
+
+
+def test_example_peak_rss_matches_memory_report():
+    """examples/hf_gpt2.py --check-rss at N = 2, stages 3 and 1, on a GPT-2 whose zrt buffers
+    (over 1 GiB a rank) outweigh torch's working set: each rank's measured peak RSS growth from
+    before shard, less the peers' memory zrt maps, is within 5 % of zrt's memory total (the
+    example exits 1 otherwise). That takes zrt.torch holding nothing shard-sized beside zrt's
+    buffers: the model's own storage goes at shard, the optimizer's shard parameters hold no
+    memory before the first step, and the first step's state moves into zrt's slots a batch at
+    a time. A tiny model, whose few MiB the setup's own allocations outweigh, must fail."""
+    if not os.path.exists(WORDS):
+        pytest.skip(f"{WORDS} is missing (the example's corpus)")
+    script = os.path.join(REPO, "examples", "hf_gpt2.py")
+    model = ["--layers", 24, "--hidden", 512, "--heads", 8, "--context", 32, "--batch", 1]
+    for stage in (3, 1):
+        result = launch(2, script, "--stage", stage, "--steps", 3, "--check-rss", *model,
+                        env=HF_ENV)
+        lines = {int(m.group(1)): m for m in RSS_LINE.finditer(result.stdout)}
+        assert sorted(lines) == [0, 1], result.stdout + result.stderr
+        for rank, m in lines.items():
+            total, ratio = float(m.group(2)), float(m.group(3))
+            assert total > 1024, (stage, rank, total)  # MiB: zrt's buffers dominate
+            assert abs(ratio - 1) <= 0.05 and m.group(5) == "ok", (stage, result.stdout)
+    small = launch(2, script, "--stage", 3, "--steps", 2, "--check-rss", "--layers", 1,
+                   "--hidden", 16, "--heads", 2, check=False, env=HF_ENV)
+    assert small.returncode != 0 and "MISMATCH" in small.stdout, small.stdout + small.stderr

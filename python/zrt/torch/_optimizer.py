@@ -29,10 +29,19 @@ from ._memory import order_before_zrt, tensor_at
 from ._rebuild import allocated_slots, ensure_slots
 
 _WHO = "zrt.torch.Optimizer"
+# The most elements the step hands torch at once when torch would allocate beside them (the
+# clipped gradients, the first step's state): 32 MiB of f32 per allocation, whatever the shard.
+_BATCH_ELEMENTS = 1 << 23
 
 
 def _per_element(value, like):
     return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == like.shape
+
+
+def placeholder(count, device):
+    """A tensor of `count` f32 elements over one element's memory, for what is re-pointed at
+    zrt's memory before it is read."""
+    return torch.zeros((), dtype=torch.float32, device=device).expand(count)
 
 
 def _clone(value):
@@ -120,8 +129,10 @@ class Optimizer(torch.optim.Optimizer):
             if param not in group_of:
                 raise ValueError(f"zrt.torch.Optimizer: parameter "
                                  f"{sharded.params[param].name!r} is in no param group")
-            sp = torch.nn.Parameter(torch.zeros(count, dtype=torch.float32,
-                                                device=sharded.device))
+            # Its .data becomes a view of zrt's master at every step; until then it holds one
+            # element, seen as `count` (a shard-sized placeholder would be memory zrt's total
+            # does not count).
+            sp = torch.nn.Parameter(placeholder(count, sharded.device))
             inner_groups[group_of[param]]["params"].append(sp)
             self.shard_params.append(sp)
             self._piece_group.append(group_of[param])
@@ -170,8 +181,7 @@ class Optimizer(torch.optim.Optimizer):
             sp.data = self._views(args.master, offset, count)
             if k in self._pending_master:
                 sp.data.copy_(self._pending_master[k])
-            grad = self._views(args.grad, offset, count)
-            sp.grad = grad * scale if scale is not None else grad
+            sp.grad = self._views(args.grad, offset, count)
             if self.state_keys is not None:
                 state = self.inner.state[sp]
                 pending = self._pending.get(k, {})
@@ -180,33 +190,92 @@ class Optimizer(torch.optim.Optimizer):
                     if key in pending:
                         view.copy_(pending[key])
                     state[key] = view
-        first = self.state_keys is None
-        self.inner.step()
-        if first:
-            self._adopt_state(slots)
+        if self.state_keys is not None and scale is None:
+            self.inner.step()  # over zrt's memory alone
+        elif self.state_keys is not None or self._probed_keys is not None:
+            self._step_in_batches(slots, scale)
+        else:
+            self._first_step_whole(slots, scale)
         order_before_zrt(self.sharded.device)
 
-    def _adopt_state(self, slots):
-        """Moves the state torch created on the first step into zrt's slots."""
-        per_piece = [sorted(k for k, v in self.inner.state.get(sp, {}).items()
-                            if _per_element(v, sp)) for sp in self.shard_params]
-        found = set(k for keys in per_piece for k in keys)
-        # The probe's order is every rank's, so that slot i means the same on every rank.
-        keys = sorted(found | set(self._probed_keys or []))
-        if len(keys) > len(slots):
+    def _step_in_batches(self, slots, scale):
+        """The step over batches of consecutive pieces of at most _BATCH_ELEMENTS elements (or
+        one piece), for what torch would otherwise allocate for the whole shard beside zrt's
+        memory: the gradients scaled by clipping (zrt's are not scaled in place, so that a
+        failed step can be retried), and on the first step the optimizer's state, each batch's
+        moved into zrt's slots before the next batch is stepped. Each piece's update is the one
+        a whole step gives it: torch's optimizers update parameter by parameter. The slots of
+        the first step are in the probe's key order, which every rank shares."""
+        first = self.state_keys is None
+        keys = sorted(self._probed_keys) if first else self.state_keys
+        groups = self.inner.param_groups
+        every = [group["params"] for group in groups]
+        piece_slots = []
+        try:
+            for batch in self._batches():
+                members = [self.shard_params[k] for k in batch]
+                for i, group in enumerate(groups):
+                    group["params"] = [self.shard_params[k] for k in batch
+                                       if self._piece_group[k] == i]
+                if scale is not None:
+                    for sp in members:
+                        sp.grad = sp.grad * scale
+                self.inner.step()
+                for sp in members:
+                    sp.grad = None  # the scaled copy, at once
+                if first:
+                    piece_slots.extend(self._move_into_slots(k, keys, slots) for k in batch)
+        finally:
+            for group, params in zip(groups, every):
+                group["params"] = params
+        if first:
+            self.state_keys, self._piece_slots = keys, piece_slots
+
+    def _batches(self):
+        batch, elements = [], 0
+        for k, (_, _, _, count) in enumerate(self.pieces):
+            if batch and elements + count > _BATCH_ELEMENTS:
+                yield batch
+                batch, elements = [], 0
+            batch.append(k)
+            elements += count
+        if batch:
+            yield batch
+
+    def _first_step_whole(self, slots, scale):
+        """The optimizer the probe could not step (one that needs a closure, say): one step
+        over the shard, then its state into the slots, in the order of the keys found."""
+        if scale is not None:
+            for sp in self.shard_params:
+                sp.grad = sp.grad * scale
+        self.inner.step()
+        found = set(k for sp in self.shard_params for k in self._state_keys_of(sp))
+        keys = sorted(found)
+        piece_slots = [self._move_into_slots(k, keys, slots)
+                       for k in range(len(self.shard_params))]
+        self.state_keys, self._piece_slots = keys, piece_slots
+
+    def _state_keys_of(self, sp):
+        return sorted(k for k, v in self.inner.state.get(sp, {}).items() if _per_element(v, sp))
+
+    def _move_into_slots(self, k, keys, slots):
+        """Piece k's per-element state into its slots (slot i holds keys[i]); [(key, slot)]."""
+        sp = self.shard_params[k]
+        mine = self._state_keys_of(sp)
+        every = sorted(set(keys) | set(mine))
+        if len(every) > len(keys) or len(keys) > len(slots):
             raise RuntimeError(
-                f"zrt.torch.Optimizer: {type(self.inner).__name__} keeps {len(keys)} tensors of "
-                f"state per element ({', '.join(keys)}), zrt has optimizer_slots={len(slots)}: "
-                f"pass zrt.torch.ShardConfig(optimizer_slots={len(keys)}) to shard()")
-        piece_slots = [[(key, keys.index(key)) for key in mine] for mine in per_piece]
-        for k, (sp, (_, _, offset, count)) in enumerate(zip(self.shard_params, self.pieces)):
-            state = self.inner.state[sp]
-            for key, slot in piece_slots[k]:
-                view = self._views(slots[slot], offset, count)
-                view.copy_(state[key])
-                state[key] = view
-        self.state_keys = keys
-        self._piece_slots = piece_slots
+                f"zrt.torch.Optimizer: {type(self.inner).__name__} keeps {len(every)} tensors of "
+                f"state per element ({', '.join(every)}), zrt has optimizer_slots={len(slots)}"
+                f"{' (its probe found ' + ', '.join(keys) + ')' if len(every) > len(keys) else ''}"
+                f": pass zrt.torch.ShardConfig(optimizer_slots={len(every)}) to shard()")
+        _, _, offset, count = self.pieces[k]
+        state = self.inner.state[sp]
+        for key in mine:
+            view = self._views(slots[keys.index(key)], offset, count)
+            view.copy_(state[key])
+            state[key] = view
+        return [(key, keys.index(key)) for key in mine]
 
     # --- the torch optimizer's face ---------------------------------------------------------------
     def _sync_hyperparameters(self):
@@ -409,6 +478,6 @@ class Optimizer(torch.optim.Optimizer):
             for key, v in scalars.items():
                 state[key] = torch.tensor(float(step)) if key == "step" else v
             for key in keys:
-                state[key] = torch.zeros_like(sp)  # re-pointed at zrt's slots by every step
+                state[key] = placeholder(sp.numel(), sp.device)  # zrt's slots at every step
             self.inner.state[sp] = state
             self._piece_slots.append([(key, self.state_keys.index(key)) for key in keys])

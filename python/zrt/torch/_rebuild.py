@@ -85,14 +85,13 @@ def rebuild_partition(sharded, optimizer_slots):
         sharded.pm = old
         new.destroy()
         raise
-    for p in sharded.params:
-        # Bound again below (resident) or at the unit's next fetch; until then a sharded
-        # parameter's values are not on this rank, as after any release.
-        p.address = None
     for unit in sharded.units:
+        # Bound again now (resident) or at the unit's next fetch; until then a sharded
+        # parameter's values are not on this rank, as after any release.
         resident = all(new.param_info(p.index).resident for p in unit.params)
         if hasattr(unit, "resident"):
             unit.resident = resident
+        sharded.unbind(unit)
         if resident:
             sharded._bind(unit)
     old.destroy()

@@ -123,6 +123,8 @@ class ShardedModel:
             unit.resident = all(self.pm.param_info(p.index).resident for p in unit.params)
             if unit.resident:
                 self._bind(unit)
+            else:
+                self.unbind(unit)
 
     # --- parameters over zrt's memory ---------------------------------------------------------
     def readable(self, unit):
@@ -144,6 +146,15 @@ class ShardedModel:
                     p.view = tensor_at(address, p.shape, self.param_dtype, self.device)
                     p.tensor.data = p.view
                     p.address = address
+
+    def unbind(self, unit):
+        """Points unit's parameters at no memory until its next fetch binds them: the model's
+        own storage (or a replaced manager's) goes at once, not at the unit's first fetch."""
+        with _guard.bypass():
+            for p in unit.params:
+                p.view = torch.zeros((), dtype=p.tensor.dtype, device=self.device).expand(p.shape)
+                p.tensor.data = p.view
+                p.address = None
 
     def _fetch(self, unit):
         if not unit.fetched:
