@@ -207,6 +207,7 @@ _prototypes = {
     "zrt_partition_add_param": (status_t, [handle, ctypes.c_int, ctypes.c_char_p, size_t,
                                            ctypes.c_uint32, P(ctypes.c_int)]),
     "zrt_partition_finalize": (status_t, [handle]),
+    "zrt_partition_set_optimizer_slots": (status_t, [handle, ctypes.c_int]),
     "zrt_partition_load_param": (status_t, [handle, ctypes.c_int, ctypes.c_void_p,
                                             ctypes.c_int]),
     "zrt_partition_param_info": (status_t, [handle, ctypes.c_int, P(ParamInfo)]),

@@ -62,6 +62,12 @@ class Partition:
     def finalize(self):
         call("zrt_partition_finalize", self.handle)
 
+    def set_optimizer_slots(self, slots):
+        """Replaces the optimizer state with `slots` zeroed arrays (collective, before the first
+        step); the config then reads the new count."""
+        call("zrt_partition_set_optimizer_slots", self.handle, int(slots))
+        self.config.optimizer_slots = int(slots)
+
     def load_param(self, param, pointer, dtype):
         call("zrt_partition_load_param", self.handle, param, pointer, dtype)
 

@@ -270,8 +270,9 @@ def test_state_dict_then_zrt_checkpoint_keeps_the_step_count(tmp_path, kind):
 def test_slots_are_derived_from_the_optimizer(tmp_path_factory):
     """Sharded with the default ShardConfig, then SGD with momentum (1 slot), plain SGD (0),
     AdamW (2), Adam with amsgrad (3) through zrt.torch.Optimizer, and FusedOptimizer's SGD (0,
-    1), AdamW (2), Lion (1): the manager is rebuilt with that many slots before the first step,
-    the memory report counts them, and training is DDP's bit for bit at stages 2 and 3."""
+    1), AdamW (2), Lion (1): the manager gets that many slots before the first step
+    (zrt_partition_set_optimizer_slots), the memory report counts them, and training is DDP's
+    bit for bit at stages 2 and 3."""
     runs = worker(tmp_path_factory, "slots")
     expected = {"sgd-momentum": 1, "sgd": 0, "adamw": 2, "adam-amsgrad": 3, "fused-sgd": 0,
                 "fused-sgd-momentum": 1, "fused-adamw": 2}
@@ -292,15 +293,14 @@ def test_slots_cannot_change_after_a_step(tmp_path_factory):
     assert "before the first step" in runs["refused"], runs["refused"]
 
 
-def test_rebuild_keeps_the_f32_master_in_bf16(tmp_path_factory):
-    """bf16 parameters, f32 master: the manager rebuilt for SGD's one slot trains exactly as one
-    sharded with ShardConfig(optimizer_slots=1) from the start (a rebuild from the bf16
-    parameters would lose the master's low bits)."""
+def test_derived_slots_keep_the_f32_master_in_bf16(tmp_path_factory):
+    """bf16 parameters, f32 master: the manager given SGD's one slot trains exactly as one
+    sharded with ShardConfig(optimizer_slots=1) from the start."""
     runs = worker(tmp_path_factory, "slots")
-    rebuilt, explicit = runs["bf16-rebuilt"], runs["bf16-explicit"]
-    assert rebuilt["slots"] == explicit["slots"] == 1
-    assert rebuilt["losses"] == explicit["losses"]
-    assert rebuilt["params"] == explicit["params"]
+    derived, explicit = runs["bf16-derived"], runs["bf16-explicit"]
+    assert derived["slots"] == explicit["slots"] == 1
+    assert derived["losses"] == explicit["losses"]
+    assert derived["params"] == explicit["params"]
 
 
 def test_too_few_explicit_slots_are_refused_when_the_optimizer_is_built():
@@ -320,19 +320,22 @@ def test_too_few_explicit_slots_are_refused_when_the_optimizer_is_built():
     comm.destroy()
 
 
-def test_rebuild_before_the_first_step_in_process():
-    """One rank, stage 3: the rebuilt manager holds the values the model had, its parameters
-    are bound to it, and the memory report changes with the slots."""
+def test_slots_change_in_place_before_the_first_step():
+    """One rank, stage 3: the same manager, with the optimizer's slots, holds the values the
+    model had, and the memory report changes with the slots; nothing else is reallocated."""
     comm = one_rank()
     model = models.make("gpt")
     zt.shard(model, stage=3, comm=comm, config=zt.ShardConfig(persistence_threshold=0))
     before = {k: v.clone() for k, v in model.zrt.state_dict().items()}
     state_before = model.zrt.memory()["optimizer_state"]
     old = model.zrt.pm
+    total_before = model.zrt.memory()["total"]
     opt = zt.Optimizer(model, torch.optim.Adam, lr=1e-3, amsgrad=True)
-    assert model.zrt.pm is not old and model.zrt.pm.config.optimizer_slots == 3
+    assert model.zrt.pm is old and model.zrt.pm.config.optimizer_slots == 3
     memory = model.zrt.memory()
     assert memory["optimizer_state"] == 3 * memory["master"] != state_before
+    grown = memory["optimizer_state"] - state_before
+    assert memory["total"] - total_before == 2 * grown  # the state and its full backup
     after = model.zrt.state_dict()
     for name, value in before.items():
         assert torch.equal(after[name], value), name

@@ -292,8 +292,8 @@ SLOT_OPTIMIZERS = {  # name: (zrt side, torch side or None, slots)
 
 
 def case_slots():
-    """Shard with the default ShardConfig, then build the optimizer: the manager is rebuilt
-    with the optimizer's slots, training matches DDP, the memory report counts those slots."""
+    """Shard with the default ShardConfig, then build the optimizer: the manager's state arrays
+    become the optimizer's slots, training matches DDP, the memory report counts those slots."""
     out = {}
     for stage in (2, 3):
         for name, (make_zrt, make_torch, _) in SLOT_OPTIMIZERS.items():
@@ -313,8 +313,8 @@ def case_slots():
     except ValueError as error:
         out["refused"] = str(error)
     sharded.close()
-    # bf16: the rebuilt manager keeps the f32 master exactly (not the bf16 parameters)
-    for label, slots in (("rebuilt", {}), ("explicit", {"optimizer_slots": 1})):
+    # bf16: a manager whose slots changed keeps the f32 master exactly
+    for label, slots in (("derived", {}), ("explicit", {"optimizer_slots": 1})):
         model, sharded = shard(3, param_dtype=torch.bfloat16, **slots)
         opt = zt.Optimizer(model, torch.optim.SGD, lr=0.05, momentum=0.9)
         losses = [one_step(model, opt, None, step, dtype=torch.bfloat16) for step in range(3)]

@@ -140,6 +140,13 @@ zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, const void*
   });
 }
 
+zrt_status_t zrt_partition_set_optimizer_slots(zrt_partition_t pm, int optimizer_slots) {
+  ZRT_API_BODY("zrt_partition_set_optimizer_slots", {
+    ZRT_RETURN_IF_ERROR(check_pm(pm));
+    return pm->impl->set_optimizer_slots(optimizer_slots);
+  });
+}
+
 zrt_status_t zrt_partition_param_info(zrt_partition_t pm, int param, zrt_param_info_t* info) {
   ZRT_API_BODY("zrt_partition_param_info", {
     ZRT_RETURN_IF_ERROR(check_pm(pm));

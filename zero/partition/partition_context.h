@@ -122,7 +122,9 @@ struct PartitionContext {
   // hpZ (shard_groups.h): the H ranks sharing the secondary parameter copy (comm null when off);
   // set by finalize before the resources. rank is this rank's index among them.
   RankGroup secondary;
-  const PartitionOptions options;
+  // Fixed at create, but for optimizer_slots, which set_optimizer_slots may change (with
+  // plan.optimizer_slots) before the first step.
+  PartitionOptions options;
   const StagePolicy policy;
   const int rank;
   const int size;

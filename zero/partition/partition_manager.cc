@@ -512,6 +512,59 @@ Status PartitionManager::step_in_backward(zrt_optimizer_fn optimizer, void* user
   return step_->arm(optimizer, user_data);
 }
 
+// The optimizer is often built after the model is sharded, and only it knows how many state
+// arrays it keeps: this replaces the state arrays (and their backups) before the first step,
+// in three phases with a vote after each of the first two, so that every rank changes or none
+// does: check (usage, the same count everywhere), allocate the new arrays beside the old, swap.
+Status PartitionManager::set_optimizer_slots(int slots) {
+  const char* what = "set_optimizer_slots";
+  ZRT_RETURN_IF_ERROR(check_finalized(what));
+  Status ready = check_slots_settable(slots);
+  std::vector<int32_t> asked;
+  ZRT_RETURN_IF_ERROR(step_->agree(ready, slots, "set_optimizer_slots: agreeing to change", &asked));
+  std::string differ;
+  for (size_t r = 0; r < asked.size(); ++r) {
+    if (asked[r] != asked[0]) differ += fmt::format(" rank {}: {},", r, asked[r]);
+  }
+  if (!differ.empty()) {
+    differ.pop_back();
+    return Status::invalid_usage("set_optimizer_slots: the ranks ask for different counts (rank "
+                                 "0: {},{}); every rank must pass the same",
+                                 asked[0], differ);
+  }
+  if (slots == static_cast<int>(ctx_->buffers.state.size())) return Status::ok();
+  // The full backup's copy may still read the old arrays.
+  Status staged = step_->prepare_master_write();
+  PartitionResources::OptimizerState state;
+  if (staged.is_ok()) {
+    staged = resources_.prepare_optimizer_state(*ctx_, slots, ctx_->plan.backup, &state);
+  }
+  ZRT_RETURN_IF_ERROR(step_->agree(staged, slots, "set_optimizer_slots: agreeing to swap", &asked)
+                          .with_context("set_optimizer_slots: the optimizer state is unchanged"));
+  resources_.adopt_optimizer_state(*ctx_, std::move(state));
+  ctx_->options.optimizer_slots = slots;
+  ctx_->plan.optimizer_slots = slots;
+  step_->optimizer_state_replaced();
+  ZRT_LOG_INFO("partition: {} optimizer state slot(s)", slots);
+  return Status::ok();
+}
+
+Status PartitionManager::check_slots_settable(int slots) const {
+  if (slots < 0 || slots > kMaxOptimizerSlots) {
+    return Status::invalid_argument("set_optimizer_slots: slots is {}; expected 0..{}", slots,
+                                    kMaxOptimizerSlots);
+  }
+  if (step_->step_count() > 0) {
+    return Status::invalid_usage(
+        "set_optimizer_slots: {} step(s) were taken, and the state holds the optimizer's "
+        "history; the count can change only before the first step (or set "
+        "config.optimizer_slots at zrt_partition_create)",
+        step_->step_count());
+  }
+  ZRT_RETURN_IF_ERROR(check_not_armed("set_optimizer_slots"));
+  return step_->check_not_interrupted("set_optimizer_slots");
+}
+
 Status PartitionManager::memory(MemoryFigures* figures) const {
   ZRT_RETURN_IF_ERROR(check_finalized("memory"));
   MemoryFigures f = memory_figures(ctx_->options, ctx_->layout);  // theoretical figure and counts

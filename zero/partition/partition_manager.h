@@ -66,6 +66,8 @@ class PartitionManager {
   Status grad_norm(double* norm, bool* has_nonfinite);
   Status step(const StepTransaction::Callback& optimizer);
   Status step_in_backward(zrt_optimizer_fn optimizer, void* user_data);
+  // zrt_partition_set_optimizer_slots: collective, before the first step.
+  Status set_optimizer_slots(int slots);
 
   Status memory(MemoryFigures* figures) const;
   // zrt_partition_traffic: the shard group's and the replicas' sent bytes.
@@ -122,6 +124,8 @@ class PartitionManager {
   Status check_param(int param) const;
   // ZRT_INVALID_USAGE when the step's optimizer is armed (zrt_partition_step_in_backward) and
   // `what` would change or read what it changes, naming `what`.
+  // set_optimizer_slots' local checks: the count's range, before the first step, not armed.
+  Status check_slots_settable(int slots) const;
   Status check_not_armed(const char* what) const;
   // ZRT_INVALID_USAGE when the armed step's micro-batch is over: `what` would begin another.
   Status check_armed_microbatch(const char* what) const;

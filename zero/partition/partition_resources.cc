@@ -24,7 +24,52 @@ Status PartitionResources::allocate_buffers(PartitionContext& ctx) {
   ZRT_RETURN_IF_ERROR(a.commit());
   if (b.offload) ZRT_RETURN_IF_ERROR(m.commit().with_context("the offloaded optimizer state"));
   carve_buffers(handles, a, m, &ctx.buffers);
+  OptimizerState state;
+  ZRT_RETURN_IF_ERROR(prepare_optimizer_state(ctx, b.optimizer_slots, b.backup, &state));
+  adopt_optimizer_state(ctx, std::move(state));
   return handles.mapped ? create_mapped_window(ctx) : Status::ok();
+}
+
+Status PartitionResources::make_master_side_backend(
+    const PartitionContext& ctx, std::unique_ptr<ArenaBackend>* backend) const {
+  if (device_ == nullptr) {
+    *backend = create_host_arena_backend(ctx.comm.transport());
+    return Status::ok();
+  }
+  if (ctx.plan.offload) return device_->create_pinned_host_backend(backend);
+  return device_->create_arena_backend(backend);
+}
+
+Status PartitionResources::prepare_optimizer_state(const PartitionContext& ctx, int slots,
+                                                   size_t backup_numel,
+                                                   OptimizerState* staged) const {
+  std::unique_ptr<ArenaBackend> backend;
+  ZRT_RETURN_IF_ERROR(make_master_side_backend(ctx, &backend));
+  auto arena = std::make_unique<Arena>(std::move(backend));
+  const size_t numel = ctx.plan.master;
+  std::vector<size_t> state, backup;
+  for (int i = 0; i < slots; ++i) {
+    state.push_back(arena->plan(numel * 4, MemoryCategory::kOptimizerState));
+  }
+  if (backup_numel > 0) {
+    for (int i = 0; i < slots; ++i) {
+      backup.push_back(arena->plan(backup_numel * 4, MemoryCategory::kStepBackup));
+    }
+  }
+  ZRT_RETURN_IF_ERROR(arena->commit().with_context(
+      fmt::format("{} optimizer state slot(s) of {} elements", slots, numel)));
+  staged->state.clear();
+  staged->backup_state.clear();
+  for (size_t i : state) staged->state.push_back(static_cast<float*>(arena->address(i)));
+  for (size_t i : backup) staged->backup_state.push_back(static_cast<float*>(arena->address(i)));
+  staged->arena = std::move(arena);
+  return Status::ok();
+}
+
+void PartitionResources::adopt_optimizer_state(PartitionContext& ctx, OptimizerState staged) {
+  ctx.buffers.state = staged.state;
+  ctx.buffers.backup_state = staged.backup_state;
+  optimizer_state_ = std::move(staged);  // the old arena goes here
 }
 
 Status PartitionResources::create_arena(PartitionContext& ctx) {
@@ -60,9 +105,6 @@ PartitionResources::BufferHandles PartitionResources::plan_in_arenas(const Parti
   h.full_grads = a.plan(b.full_grads * g_size, MemoryCategory::kGradients);
   h.grad_shard = a.plan(b.grad_shard * g_size, MemoryCategory::kGradShard);
   h.master = m.plan(b.master * 4, MemoryCategory::kMaster);
-  for (int i = 0; i < b.optimizer_slots; ++i) {
-    h.state.push_back(m.plan(b.master * 4, MemoryCategory::kOptimizerState));
-  }
   for (int i = 0; i < b.bucket_count; ++i) {
     h.buckets.push_back(a.plan(b.bucket_numel * g_size, MemoryCategory::kBuckets));
   }
@@ -80,11 +122,6 @@ PartitionResources::BufferHandles PartitionResources::plan_in_arenas(const Parti
   }
   h.optimizer_grad = m.plan(b.optimizer_grad * 4, MemoryCategory::kGradStaging);
   h.backup_master = m.plan(b.backup * 4, MemoryCategory::kStepBackup);
-  if (b.backup > 0) {
-    for (int i = 0; i < b.optimizer_slots; ++i) {
-      h.backup_state.push_back(m.plan(b.backup * 4, MemoryCategory::kStepBackup));
-    }
-  }
   return h;
 }
 
@@ -98,7 +135,6 @@ void PartitionResources::carve_buffers(const BufferHandles& h, Arena& a, Arena& 
   buf.full_grads = static_cast<char*>(a.address(h.full_grads));
   buf.grad_shard = static_cast<char*>(a.address(h.grad_shard));
   buf.master = static_cast<float*>(m.address(h.master));
-  for (size_t i : h.state) buf.state.push_back(static_cast<float*>(m.address(i)));
   for (size_t i : h.buckets) buf.buckets.push_back(static_cast<char*>(a.address(i)));
   buf.persistent_bucket = static_cast<char*>(a.address(h.persistent_bucket));
   if (!h.mapped) {
@@ -108,7 +144,6 @@ void PartitionResources::carve_buffers(const BufferHandles& h, Arena& a, Arena& 
   for (size_t i : h.grad_windows) buf.grad_windows.push_back(static_cast<char*>(a.address(i)));
   buf.optimizer_grad = static_cast<float*>(m.address(h.optimizer_grad));
   buf.backup_master = static_cast<float*>(m.address(h.backup_master));
-  for (size_t i : h.backup_state) buf.backup_state.push_back(static_cast<float*>(m.address(i)));
 }
 
 Status PartitionResources::create_mapped_window(PartitionContext& ctx) {
@@ -144,11 +179,28 @@ Status PartitionResources::make_host_arena(PartitionContext& ctx) {
   return Status::ok();
 }
 
+namespace {
+
+// The optimizer state arena's bytes into the figures of master's side.
+void add_optimizer_state(const MemoryFigures& state, MemoryFigures* side) {
+  side->optimizer_state += state.optimizer_state;
+  side->step_backup += state.step_backup;
+  complete_memory_figures(side);
+}
+
+}  // namespace
+
 void PartitionResources::measure(MemoryFigures* figures) const {
+  MemoryFigures state;
+  if (optimizer_state_.arena != nullptr) optimizer_state_.arena->measure(&state);
   arena_->measure(figures);
-  if (host_arena_ == nullptr) return;
+  if (host_arena_ == nullptr) {
+    add_optimizer_state(state, figures);
+    return;
+  }
   MemoryFigures host;
   host_arena_->measure(&host);
+  add_optimizer_state(state, &host);
   MemoryFigures& f = *figures;
   f.master += host.master;
   f.optimizer_state += host.optimizer_state;
@@ -330,6 +382,9 @@ Status PartitionResources::release(PartitionContext& ctx) {
   mapped_window_.reset();
   arena_.reset();
   host_arena_.reset();
+  ctx.buffers.state.clear();
+  ctx.buffers.backup_state.clear();
+  optimizer_state_ = OptimizerState{};
   ops_.reset();
   host_ops_.reset();
   return first;

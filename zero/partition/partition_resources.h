@@ -43,8 +43,22 @@ class PartitionResources {
   // Waits for pending work and frees streams, events and the arena; the first failure.
   Status release(PartitionContext& ctx);
 
-  // Bytes carved per category, both arenas, with the host (offload) columns.
+  // Bytes carved per category, every arena, with the host (offload) columns.
   void measure(MemoryFigures* figures) const;
+
+  // The optimizer state arrays and their step backups live in an arena of their own, beside
+  // master, so that zrt_partition_set_optimizer_slots can replace them before the first step.
+  // In two phases, for a collective change: prepare allocates `slots` zeroed arrays (and their
+  // backups, of backup_numel elements each) beside the current ones, which stay in use (a
+  // failure changes nothing); adopt puts the staged ones into ctx.buffers and frees the old.
+  struct OptimizerState {
+    std::unique_ptr<Arena> arena;
+    std::vector<float*> state;
+    std::vector<float*> backup_state;
+  };
+  Status prepare_optimizer_state(const PartitionContext& ctx, int slots, size_t backup_numel,
+                                 OptimizerState* staged) const;
+  void adopt_optimizer_state(PartitionContext& ctx, OptimizerState staged);
 
  private:
   // Where each buffer of the plan will sit in its arena (Arena::plan's handles, named as
@@ -57,7 +71,6 @@ class PartitionResources {
     size_t full_grads = 0;
     size_t grad_shard = 0;
     size_t master = 0;
-    std::vector<size_t> state;
     std::vector<size_t> buckets;
     size_t persistent_bucket = 0;
     size_t window = 0;  // unless `mapped`
@@ -66,7 +79,6 @@ class PartitionResources {
     std::vector<size_t> grad_windows;
     size_t optimizer_grad = 0;
     size_t backup_master = 0;
-    std::vector<size_t> backup_state;
   };
 
   // The arenas, planned, committed and carved into ctx.buffers.
@@ -78,6 +90,9 @@ class PartitionResources {
   static void carve_buffers(const BufferHandles& handles, Arena& a, Arena& m,
                             PartitionBuffers* buffers);
   Status make_host_arena(PartitionContext& ctx);
+  // A backend of the kind master's arena has (host, device, or offload's host memory).
+  Status make_master_side_backend(const PartitionContext& ctx,
+                                  std::unique_ptr<ArenaBackend>* backend) const;
   Status create_mapped_window(PartitionContext& ctx);
   Status create_streams(PartitionContext& ctx);
   Status create_device_streams(PartitionContext& ctx);
@@ -89,6 +104,7 @@ class PartitionResources {
 
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Arena> host_arena_;            // offload_optimizer only
+  OptimizerState optimizer_state_;               // on master's side
   std::unique_ptr<MappedWindow> mapped_window_;  // stage 3 with stable addresses
   std::unique_ptr<ElementOps> ops_;
   std::unique_ptr<ElementOps> host_ops_;   // offload beside CUDA parameters: the CPU's ops

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "collectives/collectives.h"
@@ -79,6 +80,42 @@ Status StepTransaction::exchange_values(int32_t own, const char* what,
   vote.dtype = ZRT_I32;
   vote.op = ZRT_MAX;
   return ctx_.world.comm->run_internal(vote, what);
+}
+
+Status StepTransaction::agree(const Status& own, int32_t value, const char* what,
+                              std::vector<int32_t>* values) {
+  // Each rank's code and value in slots of their own: one all-reduce (max) carries both.
+  const size_t size = static_cast<size_t>(ctx_.world.size);
+  const size_t rank = static_cast<size_t>(ctx_.world.rank);
+  std::vector<int32_t> slots(2 * size, std::numeric_limits<int32_t>::min());
+  slots[rank] = own.code() < 0 ? static_cast<int32_t>(ZRT_INTERNAL_ERROR) : own.code();
+  slots[size + rank] = value;
+  Status vote;
+  if (size > 1) {
+    CollectiveArgs args;
+    args.kind = ZRT_COLL_ALL_REDUCE;
+    args.sendbuf = slots.data();
+    args.recvbuf = slots.data();
+    args.count = slots.size();
+    args.dtype = ZRT_I32;
+    args.op = ZRT_MAX;
+    vote = ctx_.world.comm->run_internal(args, what);
+  }
+  values->assign(slots.begin() + static_cast<std::ptrdiff_t>(size), slots.end());
+  if (!vote.is_ok()) values->assign(size, -1);
+  if (!own.is_ok()) return own;
+  if (!vote.is_ok()) return vote;
+  const std::vector<int32_t> codes(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(size));
+  zrt_status_t first = ZRT_SUCCESS;
+  const std::string failed = failed_ranks(codes, &first);
+  if (failed.empty()) return Status::ok();
+  return Status::error(ZRT_REMOTE_ERROR, "{}: rank(s){} failed", what, failed);
+}
+
+void StepTransaction::optimizer_state_replaced() {
+  backup_ = BackupCursor(ctx_.layout.shard_numel() * (1 + ctx_.buffers.state.size()),
+                         ctx_.layout.units().size());
+  if (offload_ != nullptr) offload_ = std::make_unique<OffloadPipeline>(ctx_);
 }
 
 Status StepTransaction::exchange_messages(const Status& mine, const std::vector<int32_t>& codes,

@@ -117,6 +117,13 @@ class StepTransaction {
   // Master is about to be written outside a step: waits for the gathers and conversions that
   // read it and for the backup's copies, and marks the backup out of date.
   Status prepare_master_write();
+  // One vote on every rank's `own`: ok when every rank's is; otherwise this rank's failure, or
+  // ZRT_REMOTE_ERROR naming the ranks that failed. *values: every rank's `value` (-1 where the
+  // vote itself failed), for settings that every rank must pass alike.
+  Status agree(const Status& own, int32_t value, const char* what, std::vector<int32_t>* values);
+  // The optimizer state arrays were replaced (set_optimizer_slots): the full backup's cursor
+  // and the offload pipeline count them again.
+  void optimizer_state_replaced();
   // Replaces master, state and frozen store with a checkpoint's and publishes them as a step
   // does (the manager checked the slot count).
   Status restore_checkpoint(const float* master, const std::vector<const float*>& states,

@@ -31,7 +31,7 @@ from ._layout import (LocalShard, check_group_sizes, check_state_dict, indexed_g
                       normalize_groups, read_layout, sharded_model_of, state_dict_header,
                       write_layout)
 from ._memory import tensor_at
-from ._rebuild import allocated_slots, ensure_slots
+from ._slots import allocated_slots, ensure_slots
 
 _WHO = "zrt.torch.FusedOptimizer"
 _KINDS = {"adamw": _lib.OPTIMIZER_ADAMW, "adam": _lib.OPTIMIZER_ADAM,

@@ -13,7 +13,7 @@ stays in torch and is restored from zrt's step.
 How many slots the optimizer needs is found when it is built: its class steps once over a
 two-element probe parameter per param group, and the state tensors of the parameter's shape
 are counted (scalar state, shape (), is not). The partition manager is rebuilt with that count
-before the first step when the ShardConfig left it open (zrt.torch._rebuild).
+before the first step when the ShardConfig left it open (zrt.torch._slots).
 """
 import ctypes
 
@@ -26,7 +26,7 @@ from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperpara
                       state_dict_header, write_layout)
 from ._config import step_backup_mode
 from ._memory import order_before_zrt, tensor_at
-from ._rebuild import allocated_slots, ensure_slots
+from ._slots import allocated_slots, ensure_slots
 
 _WHO = "zrt.torch.Optimizer"
 # The most elements the step hands torch at once when torch would allocate beside them (the
