@@ -521,7 +521,8 @@ Status PartitionManager::set_optimizer_slots(int slots) {
   ZRT_RETURN_IF_ERROR(check_finalized(what));
   Status ready = check_slots_settable(slots);
   std::vector<int32_t> asked;
-  ZRT_RETURN_IF_ERROR(step_->agree(ready, slots, "set_optimizer_slots: agreeing to change", &asked));
+  ZRT_RETURN_IF_ERROR(
+      step_->agree(ready, slots, "set_optimizer_slots: agreeing to change", &asked));
   std::string differ;
   for (size_t r = 0; r < asked.size(); ++r) {
     if (asked[r] != asked[0]) differ += fmt::format(" rank {}: {},", r, asked[r]);

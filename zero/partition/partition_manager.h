@@ -122,10 +122,10 @@ class PartitionManager {
   Status check_finalized(const char* what) const;
   Status check_unit(int unit) const;
   Status check_param(int param) const;
-  // ZRT_INVALID_USAGE when the step's optimizer is armed (zrt_partition_step_in_backward) and
-  // `what` would change or read what it changes, naming `what`.
   // set_optimizer_slots' local checks: the count's range, before the first step, not armed.
   Status check_slots_settable(int slots) const;
+  // ZRT_INVALID_USAGE when the step's optimizer is armed (zrt_partition_step_in_backward) and
+  // `what` would change or read what it changes, naming `what`.
   Status check_not_armed(const char* what) const;
   // ZRT_INVALID_USAGE when the armed step's micro-batch is over: `what` would begin another.
   Status check_armed_microbatch(const char* what) const;

@@ -105,7 +105,8 @@ Status StepTransaction::agree(const Status& own, int32_t value, const char* what
   if (!vote.is_ok()) values->assign(size, -1);
   if (!own.is_ok()) return own;
   if (!vote.is_ok()) return vote;
-  const std::vector<int32_t> codes(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(size));
+  const std::vector<int32_t> codes(slots.begin(),
+                                   slots.begin() + static_cast<std::ptrdiff_t>(size));
   zrt_status_t first = ZRT_SUCCESS;
   const std::string failed = failed_ranks(codes, &first);
   if (failed.empty()) return Status::ok();
