@@ -652,8 +652,8 @@ ZRT_API zrt_status_t zrt_partition_load_param(zrt_partition_t pm, int param, con
  * learns only then how many state tensors per element it keeps. The new arrays are allocated
  * before the old ones are freed; nothing else moves (master, parameters, gradients stay as they
  * are), and zrt_partition_memory reports the new figures. Collective, before the first step
- * (after a checkpoint load too) and not while zrt_partition_step_in_backward is armed. Every
- * rank changes or none does. Errors: ZRT_INVALID_ARGUMENT (optimizer_slots outside 0..16),
+ * (a loaded checkpoint's steps count) and not while zrt_partition_step_in_backward is armed.
+ * Every rank changes or none does. Errors: ZRT_INVALID_ARGUMENT (optimizer_slots outside 0..16),
  * ZRT_INVALID_USAGE (not finalized, a step was taken, armed, ranks passing different counts:
  * each rank's is named), ZRT_OUT_OF_MEMORY (on any rank: the old arrays stay), ZRT_REMOTE_ERROR
  * (another rank failed). */

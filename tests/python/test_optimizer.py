@@ -345,3 +345,62 @@ def test_slots_change_in_place_before_the_first_step():
     assert opt.state_keys == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
     model.zrt.close()
     comm.destroy()
+
+
+# --- the step in batches ------------------------------------------------------------------------
+def _train_clipped(factory, steps=3):
+    """One rank, stage 2, the GPT model of models.py, clipped at 0.05 (it always clips here):
+    the final parameters and how often the inner optimizer's step ran."""
+    comm = one_rank()
+    torch.manual_seed(0)
+    model = models.make("gpt")
+    zt.shard(model, stage=2, comm=comm)
+    opt = zt.Optimizer(model, factory, lr=1e-2)
+    calls = []
+    opt.inner.register_step_post_hook(lambda o, args, kwargs: calls.append(1))
+    for step in range(steps):
+        x, y = models.batch("gpt", step, 1, 0)
+        models.loss_of("gpt", model(x), y).backward()
+        norm = model.zrt.clip_grad_norm_(0.05)
+        assert norm.item() > 0.05
+        opt.step()
+    params = {k: v.clone() for k, v in model.zrt.state_dict().items()}
+    model.zrt.close()
+    comm.destroy()
+    return params, len(calls)
+
+
+def test_steps_in_batches_give_the_bits_of_one_whole_step(monkeypatch):
+    """torch's AdamW with clipping: the first step and every clipped step hand it the shard in
+    batches (here each piece alone); the parameters match a run whose batches hold the whole
+    shard, bit for bit."""
+    from zrt.torch import _optimizer
+    whole, whole_calls = _train_clipped(torch.optim.AdamW)
+    monkeypatch.setattr(_optimizer, "_BATCH_ELEMENTS", 1)
+    pieces, piece_calls = _train_clipped(torch.optim.AdamW)
+    assert piece_calls > whole_calls == 3  # the batches did split the shard
+    assert whole.keys() == pieces.keys()
+    for name in whole:
+        assert torch.equal(whole[name], pieces[name]), name
+
+
+class _CountingAdamW(torch.optim.AdamW):
+    """Not torch's own step (which may count per call or reduce over every parameter):
+    zrt.torch must call it once per step over the whole shard, whatever the batch size."""
+
+    calls = 0
+
+    def step(self, closure=None):
+        _CountingAdamW.calls += 1
+        return super().step(closure)
+
+
+def test_an_optimizer_of_its_own_gets_the_whole_shard_in_one_call(monkeypatch):
+    from zrt.torch import _optimizer
+    monkeypatch.setattr(_optimizer, "_BATCH_ELEMENTS", 1)
+    monkeypatch.setattr(_CountingAdamW, "calls", 0)
+    params, _ = _train_clipped(_CountingAdamW)
+    assert _CountingAdamW.calls == 3
+    reference, _ = _train_clipped(torch.optim.AdamW)
+    for name in params:
+        assert torch.equal(params[name], reference[name]), name

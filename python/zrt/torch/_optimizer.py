@@ -112,7 +112,7 @@ class Optimizer(torch.optim.Optimizer):
             ensure_slots(sharded, len(probed), f"zrt.torch.Optimizer over {name} "
                          f"({', '.join(probed) or 'no per-element state'})")
         self._probed_keys = probed
-        pm = sharded.pm  # after a rebuild, the new one
+        pm = sharded.pm
         user_index = {}
         for group in groups:
             for t in group["params"]:
@@ -142,6 +142,10 @@ class Optimizer(torch.optim.Optimizer):
                 # has a gradient, keeps the groups of both sides in step.
                 group["params"] = [torch.nn.Parameter(torch.zeros(0, device=sharded.device))]
         self.inner = optimizer_class(inner_groups, **kwargs)
+        # torch's own optimizers update parameter by parameter, so the step may hand them the
+        # shard in batches (_step_in_batches); another's step may count per call or reduce over
+        # every parameter, and gets the whole shard at once.
+        self._batchable = type(self.inner).step.__module__.startswith("torch.optim.")
         facing = []
         for group, inner in zip(groups, self.inner.param_groups):
             face = dict(hyperparameters(inner), params=group["params"])
@@ -190,22 +194,24 @@ class Optimizer(torch.optim.Optimizer):
                     if key in pending:
                         view.copy_(pending[key])
                     state[key] = view
-        if self.state_keys is not None and scale is None:
+        first = self.state_keys is None
+        if not first and scale is None:
             self.inner.step()  # over zrt's memory alone
-        elif self.state_keys is not None or self._probed_keys is not None:
+        elif self._batchable and (not first or self._probed_keys is not None):
             self._step_in_batches(slots, scale)
         else:
-            self._first_step_whole(slots, scale)
+            self._step_whole(slots, scale)
         order_before_zrt(self.sharded.device)
 
     def _step_in_batches(self, slots, scale):
-        """The step over batches of consecutive pieces of at most _BATCH_ELEMENTS elements (or
-        one piece), for what torch would otherwise allocate for the whole shard beside zrt's
-        memory: the gradients scaled by clipping (zrt's are not scaled in place, so that a
-        failed step can be retried), and on the first step the optimizer's state, each batch's
-        moved into zrt's slots before the next batch is stepped. Each piece's update is the one
-        a whole step gives it: torch's optimizers update parameter by parameter. The slots of
-        the first step are in the probe's key order, which every rank shares."""
+        """torch's own optimizers: the step over batches of consecutive pieces of at most
+        _BATCH_ELEMENTS elements (or one piece), for what torch would otherwise allocate for the
+        whole shard beside zrt's memory: the gradients scaled by clipping (zrt's are not scaled
+        in place, so that a failed step can be retried), and on the first step the optimizer's
+        state, each batch's moved into zrt's slots before the next batch is stepped. Each
+        piece's update is the one a whole step gives it: torch's optimizers update parameter by
+        parameter. The slots of the first step are in the probe's key order, which every rank
+        shares."""
         first = self.state_keys is None
         keys = sorted(self._probed_keys) if first else self.state_keys
         groups = self.inner.param_groups
@@ -242,15 +248,20 @@ class Optimizer(torch.optim.Optimizer):
         if batch:
             yield batch
 
-    def _first_step_whole(self, slots, scale):
-        """The optimizer the probe could not step (one that needs a closure, say): one step
-        over the shard, then its state into the slots, in the order of the keys found."""
+    def _step_whole(self, slots, scale):
+        """One step over the shard, with the whole shard's scaled gradients and, on the first
+        step, its state in torch's memory until it moves into the slots (in the order of the
+        keys found): for an optimizer that is not torch's own, whose step may count per call or
+        reduce over every parameter (a global norm), and on the first step of one the probe
+        could not step (one that needs a closure, say)."""
         if scale is not None:
             for sp in self.shard_params:
                 sp.grad = sp.grad * scale
         self.inner.step()
-        found = set(k for sp in self.shard_params for k in self._state_keys_of(sp))
-        keys = sorted(found)
+        if self.state_keys is not None:
+            return
+        keys = sorted(set(k for sp in self.shard_params for k in self._state_keys_of(sp)) |
+                      set(self._probed_keys or []))
         piece_slots = [self._move_into_slots(k, keys, slots)
                        for k in range(len(self.shard_params))]
         self.state_keys, self._piece_slots = keys, piece_slots
