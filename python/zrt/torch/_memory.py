@@ -40,6 +40,12 @@ def tensor_at(address, shape, dtype, device):
     return raw.view(dtype).view(shape)
 
 
+def placeholder(shape, dtype, device):
+    """A tensor of `shape` over one element's memory, for what is re-pointed at zrt's memory
+    before it is read (a shard-sized placeholder would be memory zrt's total does not count)."""
+    return torch.zeros((), dtype=dtype, device=device).expand(shape)
+
+
 def order_before_zrt(device):
     """zrt's CUDA work is ordered after the legacy default stream and blocking streams (docs/
     API.md, CUDA): torch's default stream is the legacy one; work on a stream of the user's

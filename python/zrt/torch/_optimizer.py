@@ -25,7 +25,7 @@ from ._layout import (LocalShard, check_group_sizes, check_state_dict, hyperpara
                       indexed_groups, normalize_groups, read_layout, sharded_model_of,
                       state_dict_header, write_layout)
 from ._config import step_backup_mode
-from ._memory import order_before_zrt, tensor_at
+from ._memory import order_before_zrt, placeholder, tensor_at
 from ._slots import allocated_slots, ensure_slots
 
 _WHO = "zrt.torch.Optimizer"
@@ -36,12 +36,6 @@ _BATCH_ELEMENTS = 1 << 23
 
 def _per_element(value, like):
     return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == like.shape
-
-
-def placeholder(count, device):
-    """A tensor of `count` f32 elements over one element's memory, for what is re-pointed at
-    zrt's memory before it is read."""
-    return torch.zeros((), dtype=torch.float32, device=device).expand(count)
 
 
 def _clone(value):
@@ -129,10 +123,8 @@ class Optimizer(torch.optim.Optimizer):
             if param not in group_of:
                 raise ValueError(f"zrt.torch.Optimizer: parameter "
                                  f"{sharded.params[param].name!r} is in no param group")
-            # Its .data becomes a view of zrt's master at every step; until then it holds one
-            # element, seen as `count` (a shard-sized placeholder would be memory zrt's total
-            # does not count).
-            sp = torch.nn.Parameter(placeholder(count, sharded.device))
+            # Its .data becomes a view of zrt's master at every step.
+            sp = torch.nn.Parameter(placeholder(count, torch.float32, sharded.device))
             inner_groups[group_of[param]]["params"].append(sp)
             self.shard_params.append(sp)
             self._piece_group.append(group_of[param])
@@ -489,6 +481,6 @@ class Optimizer(torch.optim.Optimizer):
             for key, v in scalars.items():
                 state[key] = torch.tensor(float(step)) if key == "step" else v
             for key in keys:
-                state[key] = placeholder(sp.numel(), sp.device)  # zrt's slots at every step
+                state[key] = placeholder(sp.numel(), torch.float32, sp.device)  # slots per step
             self.inner.state[sp] = state
             self._piece_slots.append([(key, self.state_keys.index(key)) for key in keys])

@@ -24,7 +24,7 @@ from ..partition import Partition
 from ..partition import config as partition_config
 from . import _guard, _hooks, _state_dict
 from ._config import ShardConfig, step_backup_mode
-from ._memory import order_before_zrt, tensor_at, zrt_dtype
+from ._memory import order_before_zrt, placeholder, tensor_at, zrt_dtype
 from ._units import build_units
 
 
@@ -152,7 +152,7 @@ class ShardedModel:
         own storage (or a replaced manager's) goes at once, not at the unit's first fetch."""
         with _guard.bypass():
             for p in unit.params:
-                p.view = torch.zeros((), dtype=p.tensor.dtype, device=self.device).expand(p.shape)
+                p.view = placeholder(p.shape, p.tensor.dtype, self.device)
                 p.tensor.data = p.view
                 p.address = None
 
